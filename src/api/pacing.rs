@@ -1,0 +1,328 @@
+//! Client-side pacing: keep to the service's rate policy instead of discovering it through 429s.
+//!
+//! The service limits the whole API per key: a minimum spacing between requests (documented as
+//! 2 s), an hourly cap (documented default 40), and never more than one payout mark per 2 s. A
+//! [`Pacer`] hands out *slots*: each caller reserves the earliest instant that keeps every rule,
+//! then sleeps until it. Reservations are made under one lock, so concurrent requests queue in
+//! order and the spacing holds however many tasks share the client.
+//!
+//! Pacers are shared per (base URL, key): every [`Client`](super::Client) built for the same
+//! service and key, and every clone of one, draws from the same pacer ([`Pacer::shared`]).
+//!
+//! Caveat: the service measures spacing at arrival, the client at dispatch. A small margin
+//! (1/50 of the interval, between 1 ms and 25 ms) absorbs scheduling jitter on the way; a 429
+//! that slips through anyway is honoured by the retry layer, which blocks the pacer for as long as
+//! the server asks.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::time::Instant;
+
+/// The service never accepts payout marks closer together than this, whatever the API-wide rule.
+pub const MARK_PAYOUT_MIN_INTERVAL: Duration = Duration::from_millis(2000);
+
+/// Documented defaults of the real service.
+pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_millis(2000);
+pub const DEFAULT_HOURLY_CAP: u32 = 40;
+pub const DEFAULT_CAP_WINDOW: Duration = Duration::from_secs(3600);
+
+/// Waits longer than this are logged once, with the time the client resumes.
+const LONG_WAIT: Duration = Duration::from_secs(60);
+
+/// The rate policy the client keeps to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PacingConfig {
+    /// Minimum time between two requests with the same key; zero disables spacing.
+    pub min_interval: Duration,
+    /// At most this many requests per `cap_window`; `None` disables the client-side cap.
+    pub hourly_cap: Option<u32>,
+    /// Length of the cap's window (an hour on the real service).
+    pub cap_window: Duration,
+}
+
+impl Default for PacingConfig {
+    fn default() -> Self {
+        PacingConfig {
+            min_interval: DEFAULT_MIN_INTERVAL,
+            hourly_cap: Some(DEFAULT_HOURLY_CAP),
+            cap_window: DEFAULT_CAP_WINDOW,
+        }
+    }
+}
+
+impl PacingConfig {
+    /// No client-side limits at all (tests and benchmarks against an unlimited emulator).
+    pub fn unlimited() -> Self {
+        PacingConfig {
+            min_interval: Duration::ZERO,
+            hourly_cap: None,
+            cap_window: DEFAULT_CAP_WINDOW,
+        }
+    }
+}
+
+/// Which spacing rules a request is subject to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestClass {
+    General,
+    /// `POST /stats/mark_credit_payout`: also at least [`MARK_PAYOUT_MIN_INTERVAL`] apart.
+    MarkPayout,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    last_start: Option<Instant>,
+    last_mark: Option<Instant>,
+    blocked_until: Option<Instant>,
+    /// Reserved starts inside the current cap window, oldest first.
+    window: VecDeque<Instant>,
+}
+
+/// Why a slot was as late as it was; used only to explain long waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reason {
+    None,
+    Spacing,
+    MarkSpacing,
+    ServerAsked,
+    HourlyCap,
+}
+
+impl Reason {
+    fn as_str(self) -> &'static str {
+        match self {
+            Reason::None => "none",
+            Reason::Spacing => "request spacing",
+            Reason::MarkSpacing => "payout-mark spacing",
+            Reason::ServerAsked => "the service asked to wait (429)",
+            Reason::HourlyCap => "hourly request cap",
+        }
+    }
+}
+
+/// Hands out request slots that keep a [`PacingConfig`].
+#[derive(Debug)]
+pub struct Pacer {
+    config: PacingConfig,
+    state: Mutex<State>,
+}
+
+fn margin(interval: Duration) -> Duration {
+    if interval.is_zero() {
+        return Duration::ZERO;
+    }
+    (interval / 50).clamp(Duration::from_millis(1), Duration::from_millis(25))
+}
+
+impl Pacer {
+    pub fn new(config: PacingConfig) -> Self {
+        Pacer {
+            config,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The pacer for this service and key, shared with every client that uses them.
+    pub fn shared(base_url: &str, key_fingerprint: &str, config: PacingConfig) -> Arc<Pacer> {
+        static REGISTRY: OnceLock<Mutex<HashMap<String, Weak<Pacer>>>> = OnceLock::new();
+        let registry = REGISTRY.get_or_init(Default::default);
+        let mut map = registry.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+        let id = format!("{base_url}|{key_fingerprint}");
+        if let Some(existing) = map.get(&id).and_then(Weak::upgrade) {
+            if existing.config == config {
+                return existing;
+            }
+        }
+        let pacer = Arc::new(Pacer::new(config));
+        map.insert(id, Arc::downgrade(&pacer));
+        pacer
+    }
+
+    pub fn config(&self) -> &PacingConfig {
+        &self.config
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reserves the earliest slot that keeps every rule and records it.
+    fn reserve(&self, st: &mut State, now: Instant, class: RequestClass) -> (Instant, Reason) {
+        let cfg = &self.config;
+        let mut slot = now;
+        let mut reason = Reason::None;
+        let mut later = |candidate: Instant, why: Reason, slot: &mut Instant| {
+            if candidate > *slot {
+                *slot = candidate;
+                reason = why;
+            }
+        };
+        if let Some(b) = st.blocked_until {
+            later(b, Reason::ServerAsked, &mut slot);
+        }
+        if let Some(last) = st.last_start {
+            if !cfg.min_interval.is_zero() {
+                later(
+                    last + cfg.min_interval + margin(cfg.min_interval),
+                    Reason::Spacing,
+                    &mut slot,
+                );
+            }
+        }
+        if class == RequestClass::MarkPayout {
+            if let Some(last) = st.last_mark {
+                let gap = MARK_PAYOUT_MIN_INTERVAL;
+                later(last + gap + margin(gap), Reason::MarkSpacing, &mut slot);
+            }
+        }
+        if let Some(cap) = cfg.hourly_cap.filter(|c| *c > 0) {
+            let cap = cap as usize;
+            if st.window.len() >= cap {
+                let nth_latest = st.window[st.window.len() - cap];
+                later(
+                    nth_latest + cfg.cap_window + margin(cfg.min_interval),
+                    Reason::HourlyCap,
+                    &mut slot,
+                );
+            }
+            while st
+                .window
+                .front()
+                .is_some_and(|t| *t + cfg.cap_window <= slot)
+            {
+                st.window.pop_front();
+            }
+            st.window.push_back(slot);
+        }
+        st.last_start = Some(st.last_start.map_or(slot, |l| l.max(slot)));
+        if class == RequestClass::MarkPayout {
+            st.last_mark = Some(st.last_mark.map_or(slot, |l| l.max(slot)));
+        }
+        (slot, reason)
+    }
+
+    /// Waits until a request of this class may go out. Returns the time spent waiting.
+    pub async fn acquire(&self, class: RequestClass) -> Duration {
+        let started = Instant::now();
+        loop {
+            let (slot, reason) = {
+                let mut st = self.lock();
+                self.reserve(&mut st, Instant::now(), class)
+            };
+            let wait = slot.saturating_duration_since(Instant::now());
+            if wait >= LONG_WAIT {
+                let resume = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
+                tracing::warn!(
+                    wait_s = wait.as_secs(),
+                    resume_at = %resume.format("%Y-%m-%dT%H:%M:%SZ"),
+                    reason = reason.as_str(),
+                    "waiting before the next request"
+                );
+            }
+            tokio::time::sleep_until(slot).await;
+            // A 429 seen by another task while we slept may have blocked the key for longer.
+            let mut st = self.lock();
+            let now = Instant::now();
+            if st.blocked_until.is_some_and(|b| b > now) {
+                continue;
+            }
+            // Record the actual dispatch time, which is at or after the reserved slot.
+            st.last_start = Some(st.last_start.map_or(now, |l| l.max(now)));
+            if class == RequestClass::MarkPayout {
+                st.last_mark = Some(st.last_mark.map_or(now, |l| l.max(now)));
+            }
+            return now.duration_since(started);
+        }
+    }
+
+    /// Blocks every request on this pacer for `wait` from now (the server answered 429).
+    pub fn block_for(&self, wait: Duration) {
+        let until = Instant::now() + wait;
+        let mut st = self.lock();
+        st.blocked_until = Some(st.blocked_until.map_or(until, |b| b.max(until)));
+    }
+
+    /// How long the next request would wait if reserved now, without reserving it.
+    pub fn expected_interval(&self) -> Duration {
+        self.config.min_interval + margin(self.config.min_interval)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(ms: u64, cap: Option<u32>, window_ms: u64) -> PacingConfig {
+        PacingConfig {
+            min_interval: Duration::from_millis(ms),
+            hourly_cap: cap,
+            cap_window: Duration::from_millis(window_ms),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spacing_holds_for_concurrent_callers() {
+        let p = Arc::new(Pacer::new(cfg(100, None, 1000)));
+        let t0 = Instant::now();
+        let mut handles = vec![];
+        for _ in 0..5 {
+            let p = p.clone();
+            handles.push(tokio::spawn(async move {
+                p.acquire(RequestClass::General).await;
+                Instant::now()
+            }));
+        }
+        let mut times = vec![];
+        for h in handles {
+            times.push(h.await.unwrap());
+        }
+        times.sort();
+        for w in times.windows(2) {
+            assert!(
+                w[1] - w[0] >= Duration::from_millis(100),
+                "{:?}",
+                w[1] - w[0]
+            );
+        }
+        assert!(times[4] - t0 < Duration::from_millis(500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn marks_keep_two_seconds_even_without_spacing() {
+        let p = Pacer::new(cfg(0, None, 1000));
+        let a = {
+            p.acquire(RequestClass::MarkPayout).await;
+            Instant::now()
+        };
+        p.acquire(RequestClass::General).await;
+        let general = Instant::now();
+        assert!(general - a < Duration::from_millis(5));
+        p.acquire(RequestClass::MarkPayout).await;
+        assert!(Instant::now() - a >= MARK_PAYOUT_MIN_INTERVAL);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cap_waits_for_the_window() {
+        let p = Pacer::new(cfg(0, Some(3), 1000));
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            p.acquire(RequestClass::General).await;
+        }
+        assert!(Instant::now() - t0 < Duration::from_millis(5));
+        p.acquire(RequestClass::General).await;
+        assert!(Instant::now() - t0 >= Duration::from_millis(1000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn server_block_delays_everyone() {
+        let p = Pacer::new(cfg(0, None, 1000));
+        let t0 = Instant::now();
+        p.block_for(Duration::from_secs(3));
+        p.acquire(RequestClass::General).await;
+        assert!(Instant::now() - t0 >= Duration::from_secs(3));
+    }
+}

@@ -1,0 +1,297 @@
+//! Command-line interface: the clap definitions (their doc comments are the `--help` text), and
+//! their validation into typed configuration before any I/O. Validation reports every problem at
+//! once.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::NaiveDate;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use reqwest::Url;
+
+use crate::api::{ApiKey, ClientConfig, PacingConfig, RetryPolicy, API_KEY_ENV, DEFAULT_BASE_URL};
+use crate::emulator::{EmulatorConfig, FaultConfig, GenConfig, Keys, RatePolicy};
+use crate::Error;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "creator-etl",
+    version,
+    about = "Extract a creator-marketing service's data into Parquet and DuckDB, and replay reviewed corrections",
+    after_help = "The API key is read from the CREATOR_API_KEY environment variable or --api-key-file, never from a flag.\nExit codes: 0 ok, 1 failed, 2 usage/config/input error, 3 some action rows failed, 4 key rejected (401/403), 5 --out locked."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Options every command accepts, before or after its name.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Base URL of the API, ending in the version segment `v1`
+    #[arg(long, global = true, env = "CREATOR_API_BASE_URL", default_value = DEFAULT_BASE_URL, value_name = "URL")]
+    pub base_url: String,
+
+    /// Read the API key from this file instead of `CREATOR_API_KEY`
+    #[arg(long, global = true, value_name = "PATH")]
+    pub api_key_file: Option<PathBuf>,
+
+    /// Output directory: raw landing, Parquet, warehouse, run reports
+    #[arg(
+        long,
+        global = true,
+        env = "CREATOR_ETL_OUT",
+        default_value = "./data",
+        value_name = "DIR"
+    )]
+    pub out: PathBuf,
+
+    /// Log format on stderr
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// More log detail (-v debug, -vv trace); `RUST_LOG` overrides
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Less log detail (-q warnings only, -qq errors only)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "verbose")]
+    pub quiet: u8,
+
+    /// Rate policy: minimum milliseconds between two requests with the same key (0: none).
+    /// The client keeps to it; the emulator enforces it
+    #[arg(
+        long,
+        global = true,
+        env = "CREATOR_MIN_INTERVAL_MS",
+        default_value_t = 2000,
+        value_name = "MS"
+    )]
+    pub min_interval_ms: u64,
+
+    /// Rate policy: at most N requests per key in each cap window (0: no cap)
+    #[arg(
+        long,
+        global = true,
+        env = "CREATOR_HOURLY_CAP",
+        default_value_t = 40,
+        value_name = "N"
+    )]
+    pub hourly_cap: u32,
+
+    /// Rate policy: length of the cap window in seconds
+    #[arg(
+        long,
+        global = true,
+        env = "CREATOR_CAP_WINDOW_S",
+        default_value_t = 3600,
+        value_name = "S"
+    )]
+    pub cap_window_s: u64,
+
+    /// Attempts per request, the first included, before a retryable failure is final
+    #[arg(long, global = true, default_value_t = 6, value_name = "N")]
+    pub max_attempts: u32,
+
+    /// No retry starts once this many seconds have passed since a request's first attempt
+    #[arg(long, global = true, default_value_t = 3900, value_name = "S")]
+    pub deadline_s: u64,
+
+    /// Timeout of one HTTP attempt, in seconds
+    #[arg(long, global = true, default_value_t = 60, value_name = "S")]
+    pub timeout_s: u64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check the API key and connectivity with one request; prints a JSON report
+    Check,
+    /// Serve the emulator of the API on this machine; prints its base URL on stdout
+    Emulator(EmulatorArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EmulatorArgs {
+    /// Address to listen on
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port to listen on (0 picks a free port)
+    #[arg(long, default_value_t = 8787)]
+    pub port: u16,
+    /// Seed of the generated data
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Applications of the main organization
+    #[arg(long, default_value_t = 2000)]
+    pub applications: usize,
+    /// Updatable affiliate sales of the main organization (ids from 7001)
+    #[arg(long, default_value_t = 16)]
+    pub sales: usize,
+    /// The emulator's today (YYYY-MM-DD): the last day with statistics [default: today, UTC]
+    #[arg(long, value_name = "DATE")]
+    pub today: Option<String>,
+    /// Years of daily statistics before today
+    #[arg(long, default_value_t = 6)]
+    pub content_years: u32,
+    /// Probability (0 to 1) that a request gets an injected fault
+    #[arg(long, default_value_t = 0.0)]
+    pub fault_rate: f64,
+    /// Delay of the "slow response" fault, in milliseconds
+    #[arg(long, default_value_t = 1500)]
+    pub slow_ms: u64,
+    /// Latency added to every request, in milliseconds
+    #[arg(long, default_value_t = 0)]
+    pub latency_ms: u64,
+    /// Add applications and move pending ones to other statuses while clients page
+    #[arg(long)]
+    pub drift: bool,
+    /// Serve introspection routes (request counts, writes, violations, drift) under /__admin
+    #[arg(long)]
+    pub admin: bool,
+    /// Full-access key of the main organization
+    #[arg(long, default_value = "emu-full-key")]
+    pub full_key: String,
+    /// Read-only key of the main organization
+    #[arg(long, default_value = "emu-read-only-key")]
+    pub read_only_key: String,
+    /// Full-access key of the other organization
+    #[arg(long, default_value = "emu-other-org-key")]
+    pub other_org_key: String,
+}
+
+impl GlobalArgs {
+    fn pacing(&self) -> PacingConfig {
+        PacingConfig {
+            min_interval: Duration::from_millis(self.min_interval_ms),
+            hourly_cap: (self.hourly_cap > 0).then_some(self.hourly_cap),
+            cap_window: Duration::from_secs(self.cap_window_s),
+        }
+    }
+
+    fn pacing_problems(&self, problems: &mut Vec<String>) {
+        if self.cap_window_s == 0 {
+            problems.push("`--cap-window-s` must be at least 1".into());
+        }
+    }
+
+    /// Validates the client's settings: base URL, key, pacing, retries.
+    pub fn client_config(&self) -> Result<ClientConfig, Error> {
+        let mut problems = vec![];
+        let url = match Url::parse(&self.base_url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
+            Ok(_) => {
+                problems.push(format!(
+                    "`--base-url` `{}` must be an http(s) URL with a host",
+                    self.base_url
+                ));
+                None
+            }
+            Err(e) => {
+                problems.push(format!(
+                    "`--base-url` `{}` is not a URL: {e}",
+                    self.base_url
+                ));
+                None
+            }
+        };
+        let env_key = std::env::var(API_KEY_ENV).ok();
+        let key = match ApiKey::resolve(self.api_key_file.as_deref(), env_key.as_deref()) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                problems.push(e.to_string());
+                None
+            }
+        };
+        self.pacing_problems(&mut problems);
+        if self.max_attempts == 0 {
+            problems.push("`--max-attempts` must be at least 1".into());
+        }
+        if self.timeout_s == 0 {
+            problems.push("`--timeout-s` must be at least 1".into());
+        }
+        match (url, key) {
+            (Some(url), Some(key)) if problems.is_empty() => Ok(ClientConfig {
+                pacing: self.pacing(),
+                retry: RetryPolicy {
+                    max_attempts: self.max_attempts,
+                    deadline: Duration::from_secs(self.deadline_s),
+                    ..RetryPolicy::default()
+                },
+                request_timeout: Duration::from_secs(self.timeout_s),
+                ..ClientConfig::new(url, key)
+            }),
+            _ => Err(Error::Config(problems)),
+        }
+    }
+}
+
+impl EmulatorArgs {
+    /// Validates the emulator's settings; the global rate flags are the policy it enforces.
+    pub fn config(&self, global: &GlobalArgs) -> Result<(EmulatorConfig, SocketAddr), Error> {
+        let mut problems = vec![];
+        let today = match &self.today {
+            None => chrono::Utc::now().date_naive(),
+            Some(s) => NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap_or_else(|_| {
+                problems.push(format!("`--today` `{s}` is not a YYYY-MM-DD date"));
+                chrono::Utc::now().date_naive()
+            }),
+        };
+        if !(0.0..=1.0).contains(&self.fault_rate) {
+            problems.push(format!(
+                "`--fault-rate` {} must be between 0 and 1",
+                self.fault_rate
+            ));
+        }
+        let keys = [&self.full_key, &self.read_only_key, &self.other_org_key];
+        if keys
+            .iter()
+            .any(|k| k.is_empty() || k.chars().any(char::is_whitespace))
+        {
+            problems.push("emulator keys must be non-empty and without whitespace".into());
+        }
+        if keys[0] == keys[1] || keys[0] == keys[2] || keys[1] == keys[2] {
+            problems.push("the three emulator keys must differ".into());
+        }
+        global.pacing_problems(&mut problems);
+        if !problems.is_empty() {
+            return Err(Error::Config(problems));
+        }
+        let pacing = global.pacing();
+        let config = EmulatorConfig {
+            data: GenConfig {
+                seed: self.seed,
+                applications: self.applications,
+                sales: self.sales,
+                today,
+                content_years: self.content_years,
+            },
+            keys: Keys {
+                full: self.full_key.clone(),
+                read_only: self.read_only_key.clone(),
+                other_org: self.other_org_key.clone(),
+            },
+            rate: RatePolicy {
+                min_interval: pacing.min_interval,
+                hourly_cap: pacing.hourly_cap,
+                cap_window: pacing.cap_window,
+            },
+            faults: FaultConfig {
+                rate: self.fault_rate,
+                slow: Duration::from_millis(self.slow_ms),
+            },
+            latency: Duration::from_millis(self.latency_ms),
+            drift: self.drift,
+            admin: self.admin,
+        };
+        Ok((config, SocketAddr::new(self.host, self.port)))
+    }
+}

@@ -1,0 +1,585 @@
+//! The emulator's live state: the data, the rate policy per key, fault and drift dice, and a
+//! record of everything clients did (request counts, writes, rate-limit violations, drift events)
+//! for tests to assert on.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::data::{self, Campaign, ContentModel, Dataset, StoredPayout, StoredSale, MAIN_ORG};
+use crate::api::models::{Application, ApplicationStatus};
+use crate::api::MARK_PAYOUT_MIN_INTERVAL;
+
+/// Who is calling, decided from the bearer key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Caller {
+    pub org: u32,
+    pub read_only: bool,
+    /// `full`, `read_only` or `other_org`: how logs and records name the key.
+    pub role: &'static str,
+}
+
+/// The emulator's three keys.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    pub full: String,
+    pub read_only: String,
+    pub other_org: String,
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys {
+            full: "emu-full-key".into(),
+            read_only: "emu-read-only-key".into(),
+            other_org: "emu-other-org-key".into(),
+        }
+    }
+}
+
+/// The rate policy the emulator enforces, per key.
+#[derive(Clone, Debug)]
+pub struct RatePolicy {
+    /// API-wide spacing; zero disables it.
+    pub min_interval: Duration,
+    /// Requests allowed per window; `None` disables the cap.
+    pub hourly_cap: Option<u32>,
+    pub cap_window: Duration,
+}
+
+/// Injected failures.
+#[derive(Clone, Debug, Default)]
+pub struct FaultConfig {
+    /// Probability that an authenticated request gets a fault instead of a clean answer.
+    pub rate: f64,
+    /// How long a "slow" fault delays the answer.
+    pub slow: Duration,
+}
+
+/// A fault the emulator injected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// 500 with an HTML error page.
+    ServerErrorHtml,
+    /// 503 with a JSON error.
+    Unavailable,
+    /// 429 with a `Retry-After: 1` header.
+    TooManyRequests,
+    /// The normal answer, after a delay.
+    Slow,
+    /// Headers and half the body, then the connection is dropped.
+    ClosedMidBody,
+    /// A 200 whose JSON body is cut short.
+    TruncatedJson,
+    /// Content statistics only: a valid answer with days missing.
+    ShortSeries,
+}
+
+/// One request as the emulator saw it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RequestRecord {
+    /// Milliseconds since the emulator started.
+    pub at_ms: f64,
+    pub route: String,
+    pub query: String,
+    pub key: Option<&'static str>,
+    pub status: u16,
+    pub fault: Option<Fault>,
+}
+
+/// A write attempt (sale update or payout mark) with its outcome.
+#[derive(Clone, Debug, Serialize)]
+pub struct WriteRecord {
+    pub at: DateTime<Utc>,
+    pub at_ms: f64,
+    pub key: &'static str,
+    /// `update_sale` or `mark_credit_payout`.
+    pub operation: &'static str,
+    /// Sale id or payout UUID.
+    pub target: String,
+    /// The request body as received.
+    pub body: serde_json::Value,
+    pub status: u16,
+    /// `updated`, `marked`, or the error message.
+    pub outcome: String,
+    /// The sale after a successful update.
+    pub sale: Option<crate::api::models::Sale>,
+}
+
+/// A request the rate policy refused.
+#[derive(Clone, Debug, Serialize)]
+pub struct Violation {
+    pub at_ms: f64,
+    pub key: &'static str,
+    pub route: String,
+    /// `spacing`, `mark_spacing` or `hourly_cap`.
+    pub kind: &'static str,
+    /// Time since the previous accepted request (spacing kinds).
+    pub gap_ms: Option<f64>,
+}
+
+/// A change `--drift` made while clients paged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DriftEvent {
+    Inserted {
+        id: i64,
+    },
+    Moved {
+        id: i64,
+        from: ApplicationStatus,
+        to: ApplicationStatus,
+    },
+}
+
+#[derive(Debug, Default)]
+struct KeyRate {
+    last_at: Option<Instant>,
+    last_mark_at: Option<Instant>,
+    window_start: Option<Instant>,
+    window_count: u32,
+}
+
+/// A rate-limit refusal, ready to be answered with 429.
+#[derive(Clone, Debug)]
+pub enum RateRefusal {
+    Spacing {
+        retry_after: u64,
+        seconds_text: String,
+    },
+    Hourly {
+        cap: u32,
+        retry_after: u64,
+        reset_time: DateTime<Utc>,
+    },
+}
+
+/// Applications with per-status indexes kept in the list's order (newest first).
+#[derive(Debug)]
+pub struct Store {
+    pub campaigns: Vec<Campaign>,
+    apps: Vec<(u32, Application)>,
+    by_status: HashMap<(u32, ApplicationStatus), Vec<u32>>,
+    pub sales: BTreeMap<i64, StoredSale>,
+    pub payouts: Vec<StoredPayout>,
+    pub content: ContentModel,
+    next_app_id: i64,
+    next_account_id: i64,
+    user_pool: u64,
+    drift_rng: fastrand::Rng,
+}
+
+fn order_key(a: &Application) -> (i64, i64) {
+    (a.applied_at.timestamp_micros(), a.id)
+}
+
+impl Store {
+    fn new(d: Dataset, seed: u64) -> Self {
+        let user_pool = (d.applications.len() as u64 / 2).max(10);
+        let mut s = Store {
+            campaigns: d.campaigns,
+            apps: d.applications,
+            by_status: HashMap::new(),
+            sales: d.sales.into_iter().map(|s| (s.id, s)).collect(),
+            payouts: d.payouts,
+            content: d.content,
+            next_app_id: d.next_application_id,
+            next_account_id: d.next_account_id,
+            user_pool,
+            drift_rng: fastrand::Rng::with_seed(data::mix(seed ^ 0xD1F7)),
+        };
+        // The dataset is in ascending order, so walking it backwards gives newest first.
+        for i in (0..s.apps.len()).rev() {
+            let (org, app) = &s.apps[i];
+            s.by_status
+                .entry((*org, app.status.clone()))
+                .or_default()
+                .push(i as u32);
+        }
+        s
+    }
+
+    fn index_insert(&mut self, i: u32) {
+        let (org, app) = &self.apps[i as usize];
+        let key = order_key(app);
+        let apps = &self.apps;
+        let list = self
+            .by_status
+            .entry((*org, app.status.clone()))
+            .or_default();
+        let pos = list.partition_point(|&j| order_key(&apps[j as usize].1) > key);
+        list.insert(pos, i);
+    }
+
+    /// One page of an organization's applications in a status, newest first, and the total.
+    pub fn page(
+        &self,
+        org: u32,
+        status: &ApplicationStatus,
+        campaign_id: Option<i64>,
+        page: u64,
+        per_page: u64,
+    ) -> (Vec<Application>, u64) {
+        let empty = vec![];
+        let list = self.by_status.get(&(org, status.clone())).unwrap_or(&empty);
+        let skip = ((page - 1) * per_page) as usize;
+        match campaign_id {
+            None => {
+                let rows = list
+                    .iter()
+                    .skip(skip)
+                    .take(per_page as usize)
+                    .map(|&i| self.apps[i as usize].1.clone());
+                (rows.collect(), list.len() as u64)
+            }
+            Some(c) => {
+                let matching: Vec<u32> = list
+                    .iter()
+                    .copied()
+                    .filter(|&i| self.apps[i as usize].1.campaign_id == c)
+                    .collect();
+                let rows = matching
+                    .iter()
+                    .skip(skip)
+                    .take(per_page as usize)
+                    .map(|&i| self.apps[i as usize].1.clone());
+                (rows.collect(), matching.len() as u64)
+            }
+        }
+    }
+
+    /// An organization's applications, newest first: the truth tests compare a crawl with.
+    pub fn applications(&self, org: u32) -> Vec<Application> {
+        let mut v: Vec<Application> = self
+            .apps
+            .iter()
+            .filter(|(o, _)| *o == org)
+            .map(|(_, a)| a.clone())
+            .collect();
+        v.sort_by_key(|a| std::cmp::Reverse(order_key(a)));
+        v
+    }
+
+    /// One drift step for the main organization: up to two new pending applications and up to
+    /// two pending ones moved to another status.
+    fn drift_step(&mut self, now: DateTime<Utc>) -> Vec<DriftEvent> {
+        let mut events = vec![];
+        for _ in 0..self.drift_rng.usize(0..3) {
+            let newest = self.apps.last().map(|(_, a)| a.applied_at).unwrap_or(now);
+            let applied_at = newest.max(now) + chrono::Duration::seconds(self.drift_rng.i64(1..60));
+            let id = self.next_app_id;
+            self.next_app_id += 1;
+            let mut rng = self.drift_rng.fork();
+            let app = data::make_application(
+                &mut rng,
+                id,
+                MAIN_ORG,
+                &self.campaigns,
+                applied_at,
+                ApplicationStatus::Pending,
+                self.user_pool,
+                &mut self.next_account_id,
+            );
+            self.apps.push((MAIN_ORG, app));
+            self.index_insert((self.apps.len() - 1) as u32);
+            events.push(DriftEvent::Inserted { id });
+        }
+        for _ in 0..self.drift_rng.usize(0..3) {
+            let key = (MAIN_ORG, ApplicationStatus::Pending);
+            let Some(list) = self.by_status.get_mut(&key).filter(|l| !l.is_empty()) else {
+                break;
+            };
+            let i = list.remove(self.drift_rng.usize(0..list.len()));
+            let to = [
+                ApplicationStatus::Accepted,
+                ApplicationStatus::Rejected,
+                ApplicationStatus::Canceled,
+                ApplicationStatus::PendingContract,
+            ][self.drift_rng.usize(0..4)]
+            .clone();
+            let app = &mut self.apps[i as usize].1;
+            app.status = to.clone();
+            events.push(DriftEvent::Moved {
+                id: app.id,
+                from: ApplicationStatus::Pending,
+                to,
+            });
+            self.index_insert(i);
+        }
+        events
+    }
+}
+
+/// Everything the running emulator knows. Shared by all handlers; tests read it directly.
+#[derive(Debug)]
+pub struct EmulatorState {
+    pub keys: Keys,
+    pub rate: RatePolicy,
+    pub faults: FaultConfig,
+    pub latency: Duration,
+    pub drift: bool,
+    pub admin: bool,
+    started: Instant,
+    store: Mutex<Store>,
+    rates: Mutex<HashMap<&'static str, KeyRate>>,
+    fault_rng: Mutex<fastrand::Rng>,
+    log: Mutex<Log>,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    requests: Vec<RequestRecord>,
+    counts: BTreeMap<String, u64>,
+    writes: Vec<WriteRecord>,
+    violations: Vec<Violation>,
+    drift: Vec<DriftEvent>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl EmulatorState {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        dataset: Dataset,
+        seed: u64,
+        keys: Keys,
+        rate: RatePolicy,
+        faults: FaultConfig,
+        latency: Duration,
+        drift: bool,
+        admin: bool,
+    ) -> Self {
+        EmulatorState {
+            keys,
+            rate,
+            faults,
+            latency,
+            drift,
+            admin,
+            started: Instant::now(),
+            store: Mutex::new(Store::new(dataset, seed)),
+            rates: Mutex::new(HashMap::new()),
+            fault_rng: Mutex::new(fastrand::Rng::with_seed(data::mix(seed ^ 0xFA17))),
+            log: Mutex::new(Log::default()),
+        }
+    }
+
+    pub(crate) fn elapsed_ms(&self) -> f64 {
+        self.started.elapsed().as_secs_f64() * 1000.0
+    }
+
+    /// The data, locked. Keep the guard short: every request needs it.
+    pub fn store(&self) -> MutexGuard<'_, Store> {
+        lock(&self.store)
+    }
+
+    pub(crate) fn caller(&self, bearer: Option<&str>) -> Option<Caller> {
+        let key = bearer?;
+        if key == self.keys.full {
+            Some(Caller {
+                org: MAIN_ORG,
+                read_only: false,
+                role: "full",
+            })
+        } else if key == self.keys.read_only {
+            Some(Caller {
+                org: MAIN_ORG,
+                read_only: true,
+                role: "read_only",
+            })
+        } else if key == self.keys.other_org {
+            Some(Caller {
+                org: data::OTHER_ORG,
+                read_only: false,
+                role: "other_org",
+            })
+        } else {
+            None
+        }
+    }
+
+    /// Applies the rate policy to a request arriving now; an accepted request counts.
+    pub(crate) fn admit(
+        &self,
+        caller: &Caller,
+        route: &str,
+        is_mark: bool,
+    ) -> Result<(), RateRefusal> {
+        let now = Instant::now();
+        let mut rates = lock(&self.rates);
+        let kr = rates.entry(caller.role).or_default();
+        let violation = |kind: &'static str, gap: Option<Duration>| Violation {
+            at_ms: self.elapsed_ms(),
+            key: caller.role,
+            route: route.to_owned(),
+            kind,
+            gap_ms: gap.map(|g| g.as_secs_f64() * 1000.0),
+        };
+        if let Some(cap) = self.rate.hourly_cap.filter(|c| *c > 0) {
+            if kr
+                .window_start
+                .is_none_or(|s| now >= s + self.rate.cap_window)
+            {
+                kr.window_start = Some(now);
+                kr.window_count = 0;
+            }
+            if kr.window_count >= cap {
+                let reset_in = (kr.window_start.unwrap_or(now) + self.rate.cap_window)
+                    .saturating_duration_since(now);
+                lock(&self.log)
+                    .violations
+                    .push(violation("hourly_cap", None));
+                return Err(RateRefusal::Hourly {
+                    cap,
+                    retry_after: reset_in.as_secs_f64().ceil() as u64,
+                    reset_time: Utc::now()
+                        + chrono::Duration::from_std(reset_in).unwrap_or_default(),
+                });
+            }
+        }
+        let spacing_refusal = |interval: Duration| RateRefusal::Spacing {
+            retry_after: interval.as_secs_f64().ceil().max(1.0) as u64,
+            seconds_text: seconds_text(interval),
+        };
+        if let Some(last) = kr.last_at {
+            let gap = now - last;
+            if !self.rate.min_interval.is_zero() && gap < self.rate.min_interval {
+                lock(&self.log)
+                    .violations
+                    .push(violation("spacing", Some(gap)));
+                return Err(spacing_refusal(self.rate.min_interval));
+            }
+        }
+        if is_mark {
+            if let Some(last) = kr.last_mark_at {
+                let gap = now - last;
+                if gap < MARK_PAYOUT_MIN_INTERVAL {
+                    lock(&self.log)
+                        .violations
+                        .push(violation("mark_spacing", Some(gap)));
+                    return Err(spacing_refusal(MARK_PAYOUT_MIN_INTERVAL));
+                }
+            }
+            kr.last_mark_at = Some(now);
+        }
+        kr.last_at = Some(now);
+        kr.window_count += 1;
+        Ok(())
+    }
+
+    /// Rolls the fault dice for one request.
+    pub(crate) fn roll_fault(&self, is_content: bool) -> Option<Fault> {
+        if self.faults.rate <= 0.0 {
+            return None;
+        }
+        let mut rng = lock(&self.fault_rng);
+        if rng.f64() >= self.faults.rate {
+            return None;
+        }
+        let kinds: &[Fault] = if is_content {
+            &[
+                Fault::ServerErrorHtml,
+                Fault::Unavailable,
+                Fault::TooManyRequests,
+                Fault::Slow,
+                Fault::ClosedMidBody,
+                Fault::TruncatedJson,
+                Fault::ShortSeries,
+            ]
+        } else {
+            &[
+                Fault::ServerErrorHtml,
+                Fault::Unavailable,
+                Fault::TooManyRequests,
+                Fault::Slow,
+                Fault::ClosedMidBody,
+                Fault::TruncatedJson,
+            ]
+        };
+        Some(kinds[rng.usize(0..kinds.len())])
+    }
+
+    pub(crate) fn drift_step(&self, store: &mut Store) {
+        let events = store.drift_step(Utc::now());
+        if !events.is_empty() {
+            lock(&self.log).drift.extend(events);
+        }
+    }
+
+    pub(crate) fn record_request(&self, rec: RequestRecord) {
+        let mut log = lock(&self.log);
+        *log.counts
+            .entry(format!("{} {}", rec.route, rec.status))
+            .or_default() += 1;
+        log.requests.push(rec);
+    }
+
+    pub(crate) fn record_write(&self, rec: WriteRecord) {
+        lock(&self.log).writes.push(rec);
+    }
+
+    /// Responses by `"METHOD /route STATUS"`, e.g. `GET /campaign_applications 200`.
+    pub fn request_counts(&self) -> BTreeMap<String, u64> {
+        lock(&self.log).counts.clone()
+    }
+
+    /// Number of requests to a route (`"GET /campaign_applications"`), whatever the status.
+    pub fn requests_to(&self, route: &str) -> u64 {
+        lock(&self.log)
+            .requests
+            .iter()
+            .filter(|r| r.route == route)
+            .count() as u64
+    }
+
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        lock(&self.log).requests.clone()
+    }
+
+    /// Every write attempt, in arrival order: the audit log.
+    pub fn writes(&self) -> Vec<WriteRecord> {
+        lock(&self.log).writes.clone()
+    }
+
+    pub fn violations(&self) -> Vec<Violation> {
+        lock(&self.log).violations.clone()
+    }
+
+    pub fn drift_events(&self) -> Vec<DriftEvent> {
+        lock(&self.log).drift.clone()
+    }
+
+    pub fn applications(&self, org: u32) -> Vec<Application> {
+        self.store().applications(org)
+    }
+
+    pub fn sales(&self) -> Vec<StoredSale> {
+        self.store().sales.values().cloned().collect()
+    }
+
+    pub fn payouts(&self) -> Vec<StoredPayout> {
+        self.store().payouts.clone()
+    }
+
+    /// `(views, likes)` of an organization on a day, as the service reports them.
+    pub fn content_day(&self, org: u32, date: NaiveDate) -> (i64, i64) {
+        self.store().content.day(org, date)
+    }
+}
+
+/// "2", "0.1": how the spacing message states the interval.
+fn seconds_text(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{}", s as u64)
+    } else {
+        format!("{s}")
+    }
+}

@@ -1,0 +1,70 @@
+//! The crate's error, folding each stage's errors, and the exit codes it maps to.
+
+use thiserror::Error;
+
+use crate::api::{ApiError, KeyError};
+
+/// Exit codes, documented in the README.
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// The run failed.
+    pub const FAILED: u8 = 1;
+    /// Usage, configuration or input-file error; nothing was sent.
+    pub const USAGE: u8 = 2;
+    /// Finished, but some action rows failed.
+    pub const ACTIONS_FAILED: u8 = 3;
+    /// The API key was rejected (401) or lacks rights (403).
+    pub const AUTH: u8 = 4;
+    /// Another run holds the lock on `--out`.
+    pub const LOCKED: u8 = 5;
+}
+
+#[derive(Debug, Error)]
+pub enum Error {
+    /// Invalid flags or configuration; every problem found, one per entry.
+    #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+    Config(Vec<String>),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error("cannot listen on `{addr}`")]
+    Bind {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{context}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Config(_) | Error::Key(_) => exit::USAGE,
+            Error::Api(e) if e.is_auth() => exit::AUTH,
+            Error::Api(ApiError::InvalidRequest(_)) => exit::USAGE,
+            _ => exit::FAILED,
+        }
+    }
+
+    /// The message with its causes, `a: b: c`, each said once.
+    pub fn report(&self) -> String {
+        let mut out = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            let text = s.to_string();
+            if !out.contains(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+            source = s.source();
+        }
+        out
+    }
+}
