@@ -48,11 +48,8 @@ async fn check(global: &GlobalArgs) -> Result<u8, Error> {
 }
 
 fn print_json<T: Serialize>(value: &T) -> Result<(), Error> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| {
-        Error::Api(ApiError::InvalidRequest(format!(
-            "cannot encode the report: {e}"
-        )))
-    })?;
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| Error::Api(ApiError::InvalidRequest(format!("cannot encode the report: {e}"))))?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{text}").map_err(|source| Error::Io {
         context: "cannot write to stdout".into(),
@@ -62,12 +59,10 @@ fn print_json<T: Serialize>(value: &T) -> Result<(), Error> {
 
 async fn emulator(args: &EmulatorArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let (config, addr) = args.config(global)?;
-    let emu = Emulator::start(&config, addr)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: addr.to_string(),
-            source,
-        })?;
+    let emu = Emulator::start(&config, addr).await.map_err(|source| Error::Bind {
+        addr: addr.to_string(),
+        source,
+    })?;
     {
         // The base URL alone on stdout's first line, so scripts can use `--port 0`.
         let mut out = std::io::stdout().lock();

@@ -196,10 +196,7 @@ impl GlobalArgs {
                 None
             }
             Err(e) => {
-                problems.push(format!(
-                    "`--base-url` `{}` is not a URL: {e}",
-                    self.base_url
-                ));
+                problems.push(format!("`--base-url` `{}` is not a URL: {e}", self.base_url));
                 None
             }
         };
@@ -246,16 +243,10 @@ impl EmulatorArgs {
             }),
         };
         if !(0.0..=1.0).contains(&self.fault_rate) {
-            problems.push(format!(
-                "`--fault-rate` {} must be between 0 and 1",
-                self.fault_rate
-            ));
+            problems.push(format!("`--fault-rate` {} must be between 0 and 1", self.fault_rate));
         }
         let keys = [&self.full_key, &self.read_only_key, &self.other_org_key];
-        if keys
-            .iter()
-            .any(|k| k.is_empty() || k.chars().any(char::is_whitespace))
-        {
+        if keys.iter().any(|k| k.is_empty() || k.chars().any(char::is_whitespace)) {
             problems.push("emulator keys must be non-empty and without whitespace".into());
         }
         if keys[0] == keys[1] || keys[0] == keys[2] || keys[1] == keys[2] {
@@ -287,6 +278,7 @@ impl EmulatorArgs {
             faults: FaultConfig {
                 rate: self.fault_rate,
                 slow: Duration::from_millis(self.slow_ms),
+                kinds: vec![],
             },
             latency: Duration::from_millis(self.latency_ms),
             drift: self.drift,

@@ -32,18 +32,11 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             // --help and --version are not errors.
-            return ExitCode::from(if e.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            });
+            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
         }
     };
     init_tracing(&cli.global);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

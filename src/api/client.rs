@@ -22,9 +22,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, NaiveDate, Utc};
-use reqwest::header::{
-    HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, USER_AGENT,
-};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
 use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -244,11 +242,7 @@ impl Client {
             .timeout(config.request_timeout)
             .build()
             .map_err(|e| ApiError::Setup(e.to_string()))?;
-        let pacer = Pacer::shared(
-            base.as_str(),
-            &config.api_key.fingerprint(),
-            config.pacing.clone(),
-        );
+        let pacer = Pacer::shared(base.as_str(), &config.api_key.fingerprint(), config.pacing.clone());
         Ok(Client {
             inner: Arc::new(Inner {
                 http,
@@ -275,10 +269,7 @@ impl Client {
     }
 
     /// `GET /campaign_applications`: one page of applications, newest first.
-    pub async fn list_applications(
-        &self,
-        q: &ApplicationsQuery,
-    ) -> Result<Fetched<ApplicationsPage>, ApiError> {
+    pub async fn list_applications(&self, q: &ApplicationsQuery) -> Result<Fetched<ApplicationsPage>, ApiError> {
         if q.page < 1 || q.per_page < 1 || q.per_page > MAX_APPLICATIONS_PER_PAGE {
             return Err(ApiError::InvalidRequest(format!(
                 "page must be at least 1 and per_page between 1 and {MAX_APPLICATIONS_PER_PAGE}"
@@ -308,40 +299,20 @@ impl Client {
         limit: u32,
     ) -> Result<Fetched<Content24hResponse>, ApiError> {
         let query = vec![
-            (
-                "start_date".to_owned(),
-                start.format("%m/%d/%Y").to_string(),
-            ),
+            ("start_date".to_owned(), start.format("%m/%d/%Y").to_string()),
             ("end_date".to_owned(), end.format("%m/%d/%Y").to_string()),
             ("limit".to_owned(), limit.to_string()),
         ];
-        self.execute(
-            Endpoint::Content24h,
-            Method::GET,
-            "stats/content_24h_data",
-            query,
-            None,
-        )
-        .await
+        self.execute(Endpoint::Content24h, Method::GET, "stats/content_24h_data", query, None)
+            .await
     }
 
     /// `PATCH /affiliate_sales/{id}` with only the fields set in `update`.
-    pub async fn update_sale(
-        &self,
-        id: i64,
-        update: &SaleUpdate,
-    ) -> Result<Fetched<SaleEnvelope>, ApiError> {
-        let body =
-            serde_json::to_vec(update).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    pub async fn update_sale(&self, id: i64, update: &SaleUpdate) -> Result<Fetched<SaleEnvelope>, ApiError> {
+        let body = serde_json::to_vec(update).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
         let path = format!("affiliate_sales/{id}");
-        self.execute(
-            Endpoint::UpdateSale,
-            Method::PATCH,
-            &path,
-            vec![],
-            Some(body),
-        )
-        .await
+        self.execute(Endpoint::UpdateSale, Method::PATCH, &path, vec![], Some(body))
+            .await
     }
 
     /// `POST /stats/mark_credit_payout`; "already paid externally" is a success.
@@ -370,19 +341,10 @@ impl Client {
     }
 
     /// `GET /stats/creator_payouts` (dates sent as YYYY-MM-DD).
-    pub async fn list_creator_payouts(
-        &self,
-        q: &PayoutsQuery,
-    ) -> Result<Fetched<PayoutsPage>, ApiError> {
+    pub async fn list_creator_payouts(&self, q: &PayoutsQuery) -> Result<Fetched<PayoutsPage>, ApiError> {
         let mut query = vec![
-            (
-                "start_date".to_owned(),
-                q.start_date.format("%Y-%m-%d").to_string(),
-            ),
-            (
-                "end_date".to_owned(),
-                q.end_date.format("%Y-%m-%d").to_string(),
-            ),
+            ("start_date".to_owned(), q.start_date.format("%Y-%m-%d").to_string()),
+            ("end_date".to_owned(), q.end_date.format("%Y-%m-%d").to_string()),
         ];
         if q.credits_only {
             query.push(("credits_only".into(), "true".into()));
@@ -397,10 +359,7 @@ impl Client {
             query.push(("creator_id".into(), c.to_string()));
         }
         query.push(("page".into(), q.page.max(1).to_string()));
-        query.push((
-            "per_page".into(),
-            q.per_page.clamp(1, MAX_PAYOUTS_PER_PAGE).to_string(),
-        ));
+        query.push(("per_page".into(), q.per_page.clamp(1, MAX_PAYOUTS_PER_PAGE).to_string()));
         self.execute(
             Endpoint::ListCreatorPayouts,
             Method::GET,
@@ -457,9 +416,7 @@ impl Client {
                     }
                 }
                 Ok((status, headers, raw)) => {
-                    inner
-                        .metrics
-                        .response(endpoint.name(), Some(status), sent, raw.len());
+                    inner.metrics.response(endpoint.name(), Some(status), sent, raw.len());
                     tracing::debug!(
                         attempt,
                         status,
@@ -583,11 +540,7 @@ impl Client {
                 retryable: true,
                 server_wait: None,
             }),
-            _ => Err(ApiError::Rejected {
-                url,
-                status,
-                message,
-            }),
+            _ => Err(ApiError::Rejected { url, status, message }),
         }
     }
 
@@ -605,10 +558,7 @@ impl Client {
             .header(ACCEPT, "application/json")
             // The service's own usage example sends it on GETs too.
             .header(CONTENT_TYPE, "application/json")
-            .header(
-                USER_AGENT,
-                concat!("creator-etl/", env!("CARGO_PKG_VERSION")),
-            );
+            .header(USER_AGENT, concat!("creator-etl/", env!("CARGO_PKG_VERSION")));
         if let Some(b) = body {
             req = req.body(b.to_vec());
         }
@@ -625,10 +575,8 @@ fn is_already_paid(e: &ApiError) -> bool {
         .status()
         .is_some_and(|s| (400..500).contains(&s) && s != 401 && s != 403 && s != 429);
     four_xx
-        && e.server_message().is_some_and(|m| {
-            m.to_ascii_lowercase()
-                .contains("current status is paid_externally")
-        })
+        && e.server_message()
+            .is_some_and(|m| m.to_ascii_lowercase().contains("current status is paid_externally"))
 }
 
 /// The error and its causes, without the URL (already in the message) and never the headers.
@@ -706,18 +654,9 @@ mod tests {
             reset_time: Some("2026-01-01T00:10:00Z".into()),
             ..Default::default()
         };
-        assert_eq!(
-            rate_limit_wait(&h, &body, now),
-            Duration::from_millis(600_050)
-        );
-        h.insert(
-            RETRY_AFTER,
-            HeaderValue::from_static("Thu, 01 Jan 2026 00:20:00 GMT"),
-        );
-        assert_eq!(
-            rate_limit_wait(&h, &body, now),
-            Duration::from_millis(1_200_050)
-        );
+        assert_eq!(rate_limit_wait(&h, &body, now), Duration::from_millis(600_050));
+        h.insert(RETRY_AFTER, HeaderValue::from_static("Thu, 01 Jan 2026 00:20:00 GMT"));
+        assert_eq!(rate_limit_wait(&h, &body, now), Duration::from_millis(1_200_050));
         assert_eq!(
             rate_limit_wait(&HeaderMap::new(), &ErrorBody::default(), now),
             Duration::from_millis(2050)

@@ -6,9 +6,7 @@ use thiserror::Error;
 /// A request that failed for good: not retryable, or retries spent.
 #[derive(Debug, Error)]
 pub enum ApiError {
-    #[error(
-        "API key rejected (401 {message}) at `{url}`: check `CREATOR_API_KEY` or `--api-key-file`"
-    )]
+    #[error("API key rejected (401 {message}) at `{url}`: check `CREATOR_API_KEY` or `--api-key-file`")]
     Unauthorized { url: String, message: String },
     #[error("API key lacks rights (403 {message}) for `{method} {url}`: a read-only key cannot write; use a full-access key")]
     Forbidden {
@@ -21,11 +19,7 @@ pub enum ApiError {
     #[error("request refused (422 {message}) at `{url}`")]
     Unprocessable { url: String, message: String },
     #[error("request refused ({status} {message}) at `{url}`")]
-    Rejected {
-        url: String,
-        status: u16,
-        message: String,
-    },
+    Rejected { url: String, status: u16, message: String },
     #[error("rate limited (429 {message}) at `{url}`; gave up after {attempts} attempts: lower the request rate (`--min-interval-ms`, `--hourly-cap`) or try later")]
     RateLimited {
         url: String,
@@ -40,11 +34,7 @@ pub enum ApiError {
         message: String,
     },
     #[error("connection to `{url}` failed after {attempts} attempts: {reason}")]
-    Transport {
-        url: String,
-        attempts: u32,
-        reason: String,
-    },
+    Transport { url: String, attempts: u32, reason: String },
     #[error("response from `{url}` (status {status}) is not the expected JSON after {attempts} attempts: {reason}; body starts `{snippet}`")]
     Decode {
         url: String,
@@ -75,9 +65,9 @@ impl ApiError {
             ApiError::NotFound { .. } => Some(404),
             ApiError::Unprocessable { .. } => Some(422),
             ApiError::RateLimited { .. } => Some(429),
-            ApiError::Rejected { status, .. }
-            | ApiError::Server { status, .. }
-            | ApiError::Decode { status, .. } => Some(*status),
+            ApiError::Rejected { status, .. } | ApiError::Server { status, .. } | ApiError::Decode { status, .. } => {
+                Some(*status)
+            }
             _ => None,
         }
     }
@@ -98,10 +88,7 @@ impl ApiError {
 
     /// 401 or 403: the key is wrong or lacks rights; nothing else will succeed either.
     pub fn is_auth(&self) -> bool {
-        matches!(
-            self,
-            ApiError::Unauthorized { .. } | ApiError::Forbidden { .. }
-        )
+        matches!(self, ApiError::Unauthorized { .. } | ApiError::Forbidden { .. })
     }
 
     /// A failure that retries could not get past (the service may answer later).

@@ -101,24 +101,16 @@ mod tests {
         let p = dir.path().join("key");
         std::fs::write(&p, "from-file\n").unwrap();
         assert_eq!(
-            ApiKey::resolve(Some(&p), Some("from-env"))
-                .unwrap()
-                .expose(),
+            ApiKey::resolve(Some(&p), Some("from-env")).unwrap().expose(),
             "from-file"
         );
-        assert_eq!(
-            ApiKey::resolve(None, Some(" from-env ")).unwrap().expose(),
-            "from-env"
-        );
+        assert_eq!(ApiKey::resolve(None, Some(" from-env ")).unwrap().expose(), "from-env");
         assert_eq!(ApiKey::resolve(None, None), Err(KeyError::Missing));
         assert!(matches!(
             ApiKey::resolve(None, Some("a b")),
             Err(KeyError::Malformed { .. })
         ));
-        assert!(matches!(
-            ApiKey::resolve(None, Some("  ")),
-            Err(KeyError::Empty { .. })
-        ));
+        assert!(matches!(ApiKey::resolve(None, Some("  ")), Err(KeyError::Empty { .. })));
         let missing = dir.path().join("nope");
         assert!(matches!(
             ApiKey::resolve(Some(&missing), None),

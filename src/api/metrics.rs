@@ -38,13 +38,7 @@ impl Metrics {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    pub(crate) fn response(
-        &self,
-        endpoint: &str,
-        status: Option<u16>,
-        sent: usize,
-        received: usize,
-    ) {
+    pub(crate) fn response(&self, endpoint: &str, status: Option<u16>, sent: usize, received: usize) {
         self.with(|m| {
             let key = status.map_or_else(|| "transport_error".to_owned(), |s| s.to_string());
             *m.requests

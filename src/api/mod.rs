@@ -11,9 +11,8 @@ pub mod models;
 pub mod pacing;
 
 pub use client::{
-    rate_limit_wait, ApplicationsQuery, Client, ClientConfig, Endpoint, Fetched, MarkOutcome,
-    PayoutsQuery, RetryPolicy, CONTENT_LIMIT_ALL, DEFAULT_BASE_URL, MAX_APPLICATIONS_PER_PAGE,
-    MAX_PAYOUTS_PER_PAGE,
+    rate_limit_wait, ApplicationsQuery, Client, ClientConfig, Endpoint, Fetched, MarkOutcome, PayoutsQuery,
+    RetryPolicy, CONTENT_LIMIT_ALL, DEFAULT_BASE_URL, MAX_APPLICATIONS_PER_PAGE, MAX_PAYOUTS_PER_PAGE,
 };
 pub use error::ApiError;
 pub use key::{ApiKey, KeyError, API_KEY_ENV};

@@ -450,10 +450,7 @@ mod tests {
         let u: SaleUpdate = serde_json::from_str(r#"{"customer_email":null}"#).unwrap();
         assert_eq!(u.customer_email, Patch::Clear);
         assert_eq!(u.customer_name, Patch::Unchanged);
-        assert_eq!(
-            serde_json::to_string(&u).unwrap(),
-            r#"{"customer_email":null}"#
-        );
+        assert_eq!(serde_json::to_string(&u).unwrap(), r#"{"customer_email":null}"#);
         let u = SaleUpdate {
             customer_name: Patch::Set("Ann".into()),
             total: Some(5),
@@ -469,8 +466,7 @@ mod tests {
     fn error_body_reads_both_fields() {
         let b: ErrorBody = serde_json::from_str(r#"{"message":"bad"}"#).unwrap();
         assert_eq!(b.text().as_deref(), Some("bad"));
-        let b: ErrorBody =
-            serde_json::from_str(r#"{"error":"x","message":"y","extra":1}"#).unwrap();
+        let b: ErrorBody = serde_json::from_str(r#"{"error":"x","message":"y","extra":1}"#).unwrap();
         assert_eq!(b.text().as_deref(), Some("x: y"));
     }
 }

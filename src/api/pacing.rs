@@ -10,7 +10,8 @@
 //! service and key, and every clone of one, draws from the same pacer ([`Pacer::shared`]).
 //!
 //! Caveat: the service measures spacing at arrival, the client at dispatch. A small margin
-//! (1/50 of the interval, between 1 ms and 25 ms) absorbs scheduling jitter on the way; a 429
+//! (1/50 of the interval, between 1 ms and 25 ms; for the cap window 1/50 of it, between 50 ms and
+//! 10 s) absorbs scheduling jitter and connection setup on the way; a 429
 //! that slips through anyway is honoured by the retry layer, which blocks the pacer for as long as
 //! the server asks.
 
@@ -110,6 +111,12 @@ pub struct Pacer {
     state: Mutex<State>,
 }
 
+/// Safety added to a cap window: the service starts its window when the first request *arrives*,
+/// which can be a connection setup later than the client reserved it.
+fn cap_margin(window: Duration) -> Duration {
+    (window / 50).clamp(Duration::from_millis(50), Duration::from_secs(10))
+}
+
 fn margin(interval: Duration) -> Duration {
     if interval.is_zero() {
         return Duration::ZERO;
@@ -184,16 +191,12 @@ impl Pacer {
             if st.window.len() >= cap {
                 let nth_latest = st.window[st.window.len() - cap];
                 later(
-                    nth_latest + cfg.cap_window + margin(cfg.min_interval),
+                    nth_latest + cfg.cap_window + cap_margin(cfg.cap_window),
                     Reason::HourlyCap,
                     &mut slot,
                 );
             }
-            while st
-                .window
-                .front()
-                .is_some_and(|t| *t + cfg.cap_window <= slot)
-            {
+            while st.window.front().is_some_and(|t| *t + cfg.cap_window <= slot) {
                 st.window.pop_front();
             }
             st.window.push_back(slot);
@@ -282,11 +285,7 @@ mod tests {
         }
         times.sort();
         for w in times.windows(2) {
-            assert!(
-                w[1] - w[0] >= Duration::from_millis(100),
-                "{:?}",
-                w[1] - w[0]
-            );
+            assert!(w[1] - w[0] >= Duration::from_millis(100), "{:?}", w[1] - w[0]);
         }
         assert!(times[4] - t0 < Duration::from_millis(500));
     }

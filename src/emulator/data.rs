@@ -23,13 +23,12 @@ pub const OTHER_ORG: u32 = 2;
 const COMMISSION_PCT: [i64; 3] = [10, 12, 15];
 
 const FIRST: &[&str] = &[
-    "Ava", "Liam", "Mia", "Noah", "Zoe", "Ethan", "Luna", "Mateo", "Chloe", "Kai", "Aria", "Leo",
-    "Nora", "Omar", "Ivy", "Hugo", "Maya", "Theo", "Sofia", "Ezra", "Léa", "Jonas", "Amara",
-    "Ravi",
+    "Ava", "Liam", "Mia", "Noah", "Zoe", "Ethan", "Luna", "Mateo", "Chloe", "Kai", "Aria", "Leo", "Nora", "Omar",
+    "Ivy", "Hugo", "Maya", "Theo", "Sofia", "Ezra", "Léa", "Jonas", "Amara", "Ravi",
 ];
 const LAST: &[&str] = &[
-    "Garcia", "Nguyen", "Smith", "Okafor", "Rossi", "Kim", "Müller", "Silva", "Cohen", "Patel",
-    "Dubois", "Larsen", "O'Brien", "Tanaka", "Haddad", "Novak",
+    "Garcia", "Nguyen", "Smith", "Okafor", "Rossi", "Kim", "Müller", "Silva", "Cohen", "Patel", "Dubois", "Larsen",
+    "O'Brien", "Tanaka", "Haddad", "Novak",
 ];
 
 /// What to generate.
@@ -86,10 +85,7 @@ impl StoredSale {
             external_id: Some(self.external_id.clone()),
             platform: Some(self.platform.clone()),
             status: self.status.clone(),
-            occurred_at: Some(
-                self.occurred_at
-                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            ),
+            occurred_at: Some(self.occurred_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
             total: Some(self.total),
             commission: Some(self.commission),
             currency: Some(self.currency.clone()),
@@ -292,9 +288,7 @@ pub(crate) fn make_application(
     let campaign = own[rng.usize(0..own.len())];
     let first = FIRST[rng.usize(0..FIRST.len())];
     let last = LAST[rng.usize(0..LAST.len())];
-    let user_id = 200_000
-        + rng.u64(0..user_pool.max(1)) as i64
-        + if org == OTHER_ORG { 5_000_000 } else { 0 };
+    let user_id = 200_000 + rng.u64(0..user_pool.max(1)) as i64 + if org == OTHER_ORG { 5_000_000 } else { 0 };
     let source = match rng.u32(0..100) {
         0..=39 => SignupSource::BrandApi,
         40..=64 => SignupSource::Whitelabel,
@@ -303,9 +297,7 @@ pub(crate) fn make_application(
     let (creator_name, email) = if source == SignupSource::Marketplace {
         (first.to_owned(), None)
     } else {
-        let handle = format!("{}.{}", first, last)
-            .to_lowercase()
-            .replace(['\'', ' '], "");
+        let handle = format!("{}.{}", first, last).to_lowercase().replace(['\'', ' '], "");
         (
             format!("{first} {last}"),
             Some(format!("{handle}{user_id}@example.com")),
@@ -328,8 +320,7 @@ pub(crate) fn make_application(
                 65..=84 => rng.i64(13..31),
                 _ => rng.i64(31..121),
             };
-            let username = (rng.u32(0..10) != 0)
-                .then(|| format!("{}_{}{}", first.to_lowercase(), user_id % 1000, k));
+            let username = (rng.u32(0..10) != 0).then(|| format!("{}_{}{}", first.to_lowercase(), user_id % 1000, k));
             ConnectedAccount {
                 id,
                 provider: Provider::TikTok,
@@ -373,11 +364,7 @@ pub fn generate(cfg: &GenConfig) -> Dataset {
     let mut t = span_start;
     let mut id = 100_001;
     while main_count < cfg.applications {
-        let org = if rng.u32(0..21) == 0 {
-            OTHER_ORG
-        } else {
-            MAIN_ORG
-        };
+        let org = if rng.u32(0..21) == 0 { OTHER_ORG } else { MAIN_ORG };
         t += ChronoDuration::seconds(rng.i64(1..=2 * step));
         let age = (now - t).num_days();
         let status = status_for_age(&mut rng, age);
@@ -416,38 +403,32 @@ pub fn generate(cfg: &GenConfig) -> Dataset {
     }
 }
 
-fn generate_sales(
-    rng: &mut fastrand::Rng,
-    cfg: &GenConfig,
-    campaigns: &[Campaign],
-) -> Vec<StoredSale> {
+fn generate_sales(rng: &mut fastrand::Rng, cfg: &GenConfig, campaigns: &[Campaign]) -> Vec<StoredSale> {
     let mut sales = vec![];
-    let mut push =
-        |rng: &mut fastrand::Rng, org: u32, id: i64, platform: &str, status: SaleStatus| {
-            let own: Vec<&Campaign> = campaigns.iter().filter(|c| c.org == org).collect();
-            let campaign = own[rng.usize(0..own.len())];
-            let total = rng.i64(1_000..50_000);
-            let occurred_at =
-                midnight(cfg.today) - ChronoDuration::minutes(rng.i64(60..60 * 24 * 90));
-            let first = FIRST[rng.usize(0..FIRST.len())];
-            sales.push(StoredSale {
-                org,
-                id,
-                external_id: format!("ord-{id}"),
-                platform: platform.to_owned(),
-                status,
-                occurred_at,
-                due_at: Some(occurred_at + ChronoDuration::days(30)),
-                total,
-                subtotal: total * 9 / 10,
-                commission: total * campaign.commission_pct / 100,
-                currency: Currency::KNOWN[rng.usize(0..3)].clone(),
-                sub_id: (rng.bool()).then(|| "tiktok".to_owned()),
-                customer_email: Some(format!("{}{id}@shopper.example", first.to_lowercase())),
-                customer_name: Some(first.to_owned()),
-                commission_pct: campaign.commission_pct,
-            });
-        };
+    let mut push = |rng: &mut fastrand::Rng, org: u32, id: i64, platform: &str, status: SaleStatus| {
+        let own: Vec<&Campaign> = campaigns.iter().filter(|c| c.org == org).collect();
+        let campaign = own[rng.usize(0..own.len())];
+        let total = rng.i64(1_000..50_000);
+        let occurred_at = midnight(cfg.today) - ChronoDuration::minutes(rng.i64(60..60 * 24 * 90));
+        let first = FIRST[rng.usize(0..FIRST.len())];
+        sales.push(StoredSale {
+            org,
+            id,
+            external_id: format!("ord-{id}"),
+            platform: platform.to_owned(),
+            status,
+            occurred_at,
+            due_at: Some(occurred_at + ChronoDuration::days(30)),
+            total,
+            subtotal: total * 9 / 10,
+            commission: total * campaign.commission_pct / 100,
+            currency: Currency::KNOWN[rng.usize(0..3)].clone(),
+            sub_id: (rng.bool()).then(|| "tiktok".to_owned()),
+            customer_email: Some(format!("{}{id}@shopper.example", first.to_lowercase())),
+            customer_name: Some(first.to_owned()),
+            commission_pct: campaign.commission_pct,
+        });
+    };
     let platforms = ["website", "ios", "android"];
     for i in 0..cfg.sales {
         let status = if i % 2 == 0 {
@@ -466,17 +447,10 @@ fn generate_sales(
     sales
 }
 
-fn generate_payouts(
-    rng: &mut fastrand::Rng,
-    cfg: &GenConfig,
-    campaigns: &[Campaign],
-) -> Vec<StoredPayout> {
+fn generate_payouts(rng: &mut fastrand::Rng, cfg: &GenConfig, campaigns: &[Campaign]) -> Vec<StoredPayout> {
     use PayoutKind::*;
     let layout: Vec<(u32, PayoutKind)> = std::iter::repeat_n((MAIN_ORG, DueCredit), 24)
-        .chain(std::iter::repeat_n(
-            (MAIN_ORG, PendingRequirementsCredit),
-            4,
-        ))
+        .chain(std::iter::repeat_n((MAIN_ORG, PendingRequirementsCredit), 4))
         .chain(std::iter::repeat_n((MAIN_ORG, PaidExternally), 4))
         .chain(std::iter::repeat_n((MAIN_ORG, ZeroCredit), 2))
         .chain(std::iter::repeat_n((MAIN_ORG, Mixed), 2))
@@ -491,9 +465,7 @@ fn generate_payouts(
             let mut bytes = [0u8; 16];
             bytes[..8].copy_from_slice(&mix(cfg.seed ^ (i as u64) << 1).to_le_bytes());
             bytes[8..].copy_from_slice(&mix(cfg.seed.rotate_left(17) ^ i as u64).to_le_bytes());
-            let uuid = uuid::Builder::from_random_bytes(bytes)
-                .into_uuid()
-                .to_string();
+            let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid().to_string();
             let credit = (rng.u32(10..200) * 10) as f64;
             let (status, credit, cash) = match kind {
                 DueCredit => ("due", credit, 0.0),
@@ -541,13 +513,7 @@ mod tests {
         let b = generate(&cfg(300));
         assert_eq!(a.applications, b.applications);
         assert_eq!(a.payouts, b.payouts);
-        assert_eq!(
-            a.applications
-                .iter()
-                .filter(|(o, _)| *o == MAIN_ORG)
-                .count(),
-            300
-        );
+        assert_eq!(a.applications.iter().filter(|(o, _)| *o == MAIN_ORG).count(), 300);
     }
 
     #[test]

@@ -64,8 +64,7 @@ pub fn app(state: Shared) -> Router {
 }
 
 async fn admin_requests(State(s): State<Shared>) -> Response {
-    Json(serde_json::json!({ "counts": s.request_counts(), "requests": s.requests() }))
-        .into_response()
+    Json(serde_json::json!({ "counts": s.request_counts(), "requests": s.requests() })).into_response()
 }
 
 /// The route a path belongs to, with ids folded: `PATCH /affiliate_sales/{id}`.
@@ -93,25 +92,26 @@ async fn gate(State(st): State<Shared>, mut req: Request, next: Next) -> Respons
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
     let caller = st.caller(bearer);
-    let record = |status: StatusCode, fault: Option<Fault>| RequestRecord {
+    let index = st.begin_request(RequestRecord {
         at_ms: st.elapsed_ms(),
         route: route.clone(),
-        query: query.clone(),
+        query,
         key: caller.map(|c| c.role),
-        status: status.as_u16(),
-        fault,
-    };
+        status: 0,
+        fault: None,
+    });
+    let finish = |status: StatusCode, fault: Option<Fault>| st.finish_request(index, status.as_u16(), fault);
     let Some(caller) = caller else {
-        st.record_request(record(StatusCode::UNAUTHORIZED, None));
+        finish(StatusCode::UNAUTHORIZED, None);
         return error(StatusCode::UNAUTHORIZED, "Not Authenticated");
     };
     let is_mark = route == "POST /stats/mark_credit_payout";
     if let Err(refusal) = st.admit(&caller, &route, is_mark) {
-        st.record_request(record(StatusCode::TOO_MANY_REQUESTS, None));
+        finish(StatusCode::TOO_MANY_REQUESTS, None);
         return rate_limited(refusal);
     }
     if caller.read_only && req.method() != Method::GET {
-        st.record_request(record(StatusCode::FORBIDDEN, None));
+        finish(StatusCode::FORBIDDEN, None);
         return error(
             StatusCode::FORBIDDEN,
             "This API key is read-only and cannot modify data.",
@@ -147,7 +147,7 @@ async fn gate(State(st): State<Shared>, mut req: Request, next: Next) -> Respons
         _ => None,
     };
     if let Some(resp) = early {
-        st.record_request(record(resp.status(), fault));
+        finish(resp.status(), fault);
         return resp;
     }
     if fault == Some(Fault::Slow) {
@@ -158,7 +158,7 @@ async fn gate(State(st): State<Shared>, mut req: Request, next: Next) -> Respons
     }
     req.extensions_mut().insert(caller);
     let resp = next.run(req).await;
-    st.record_request(record(resp.status(), fault));
+    finish(resp.status(), fault);
     match fault {
         Some(Fault::ClosedMidBody) => cut_body(resp, true).await,
         Some(Fault::TruncatedJson) => cut_body(resp, false).await,
@@ -170,9 +170,7 @@ async fn gate(State(st): State<Shared>, mut req: Request, next: Next) -> Respons
 /// connection after the half (`abort`), which the client sees as an interrupted body.
 async fn cut_body(resp: Response, abort: bool) -> Response {
     let (mut parts, body) = resp.into_parts();
-    let bytes = axum::body::to_bytes(body, usize::MAX)
-        .await
-        .unwrap_or_default();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
     let half = bytes.slice(..bytes.len() / 2);
     parts.headers.remove(header::CONTENT_LENGTH);
     if abort {
@@ -241,10 +239,7 @@ async fn list_applications(
             _ => {
                 return error(
                     StatusCode::UNPROCESSABLE_ENTITY,
-                    format!(
-                        "Invalid status. Allowed values: {}",
-                        ApplicationStatus::known_list()
-                    ),
+                    format!("Invalid status. Allowed values: {}", ApplicationStatus::known_list()),
                 )
             }
         },
@@ -298,12 +293,7 @@ async fn content_24h(
     short: Option<Extension<ShortSeries>>,
     Query(q): Params,
 ) -> Response {
-    let bad_dates = || {
-        error(
-            StatusCode::BAD_REQUEST,
-            "Dates should be in MM/DD/YYYY format",
-        )
-    };
+    let bad_dates = || error(StatusCode::BAD_REQUEST, "Dates should be in MM/DD/YYYY format");
     let (Some(start), Some(end)) = (
         parse_date(q.get("start_date"), "%m/%d/%Y"),
         parse_date(q.get("end_date"), "%m/%d/%Y"),
@@ -311,10 +301,7 @@ async fn content_24h(
         return bad_dates();
     };
     if end < start {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "start_date must be on or before end_date",
-        );
+        return error(StatusCode::BAD_REQUEST, "start_date must be on or before end_date");
     }
     let limit = match int_param(&q, "limit") {
         Ok(None) => 4,
@@ -401,15 +388,16 @@ fn parse_when(v: &Value) -> Option<DateTime<Utc>> {
 
 fn validate_update(body: &serde_json::Map<String, Value>) -> Result<ValidUpdate, String> {
     let mut u = ValidUpdate::default();
-    let cents =
-        |name: &str| -> Result<Option<i64>, String> {
-            match body.get(name) {
-                None => Ok(None),
-                Some(v) => v.as_i64().filter(|n| *n >= 0).map(Some).ok_or_else(|| {
-                    format!("{name} must be a non-negative integer amount in cents")
-                }),
-            }
-        };
+    let cents = |name: &str| -> Result<Option<i64>, String> {
+        match body.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .filter(|n| *n >= 0)
+                .map(Some)
+                .ok_or_else(|| format!("{name} must be a non-negative integer amount in cents")),
+        }
+    };
     let text = |name: &str| -> Result<Option<Option<String>>, String> {
         match body.get(name) {
             None => Ok(None),
@@ -423,28 +411,19 @@ fn validate_update(body: &serde_json::Map<String, Value>) -> Result<ValidUpdate,
     u.commission = cents("commission")?;
     if let Some(v) = body.get("currency") {
         let c = v.as_str().map(Currency::parse).filter(Currency::is_known);
-        u.currency =
-            Some(c.ok_or_else(|| format!("currency must be one of {}", Currency::known_list()))?);
+        u.currency = Some(c.ok_or_else(|| format!("currency must be one of {}", Currency::known_list()))?);
     }
     if let Some(v) = body.get("status") {
-        let s = v
-            .as_str()
-            .map(SaleStatus::parse)
-            .filter(SaleStatus::is_known);
-        u.status =
-            Some(s.ok_or_else(|| format!("status must be one of {}", SaleStatus::known_list()))?);
+        let s = v.as_str().map(SaleStatus::parse).filter(SaleStatus::is_known);
+        u.status = Some(s.ok_or_else(|| format!("status must be one of {}", SaleStatus::known_list()))?);
     }
     if let Some(v) = body.get("occurred_at") {
-        u.occurred_at = Some(
-            parse_when(v).ok_or("occurred_at must be an ISO 8601 date-time or a Unix timestamp")?,
-        );
+        u.occurred_at = Some(parse_when(v).ok_or("occurred_at must be an ISO 8601 date-time or a Unix timestamp")?);
     }
     if let Some(v) = body.get("due_at") {
         u.due_at = Some(match v {
             Value::Null => None,
-            v => Some(
-                parse_when(v).ok_or("due_at must be an ISO 8601 date-time or a Unix timestamp")?,
-            ),
+            v => Some(parse_when(v).ok_or("due_at must be an ISO 8601 date-time or a Unix timestamp")?),
         });
     }
     u.customer_email = text("customer_email")?;
@@ -487,10 +466,7 @@ async fn update_sale(
     };
     if sale.status == SaleStatus::Cancelled {
         drop(store);
-        return fail(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "Cancelled sales cannot be updated.",
-        );
+        return fail(StatusCode::UNPROCESSABLE_ENTITY, "Cancelled sales cannot be updated.");
     }
     if !sale.updatable() {
         drop(store);
@@ -501,10 +477,7 @@ async fn update_sale(
     }
     let Some(obj) = parsed.as_object() else {
         drop(store);
-        return fail(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "Request body must be a JSON object",
-        );
+        return fail(StatusCode::UNPROCESSABLE_ENTITY, "Request body must be a JSON object");
     };
     let u = match validate_update(obj) {
         Ok(u) => u,
@@ -549,19 +522,11 @@ async fn update_sale(
     }
     let model = sale.to_model();
     drop(store);
-    st.record_write(record(
-        StatusCode::OK,
-        "updated".into(),
-        Some(model.clone()),
-    ));
+    st.record_write(record(StatusCode::OK, "updated".into(), Some(model.clone())));
     Json(SaleEnvelope { data: model }).into_response()
 }
 
-async fn mark_credit_payout(
-    State(st): State<Shared>,
-    Extension(caller): Extension<Caller>,
-    body: Bytes,
-) -> Response {
+async fn mark_credit_payout(State(st): State<Shared>, Extension(caller): Extension<Caller>, body: Bytes) -> Response {
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let uuid = parsed
         .get("creator_payout_uuid")
@@ -636,10 +601,7 @@ async fn mark_credit_payout(
             credits_enabled: m.credits_enabled,
             credit_name: m.credit_name.clone(),
             total_credit_amount: m.total_credit_amount,
-            formatted_total_credit_amount: Some(format!(
-                "{credit:.0} {}",
-                m.credit_name.unwrap_or_default()
-            )),
+            formatted_total_credit_amount: Some(format!("{credit:.0} {}", m.credit_name.unwrap_or_default())),
         },
     })
     .into_response()
@@ -654,10 +616,7 @@ async fn list_creator_payouts(
         parse_date(q.get("start_date"), "%Y-%m-%d"),
         parse_date(q.get("end_date"), "%Y-%m-%d"),
     ) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "Dates should be in YYYY-MM-DD format",
-        );
+        return error(StatusCode::BAD_REQUEST, "Dates should be in YYYY-MM-DD format");
     };
     let ints = (|| {
         Ok::<_, String>((
@@ -675,28 +634,17 @@ async fn list_creator_payouts(
         Ok(v) => v,
         Err(m) => return error(StatusCode::UNPROCESSABLE_ENTITY, m),
     };
-    let credits_only = matches!(
-        q.get("credits_only").map(String::as_str),
-        Some("true" | "1")
-    );
+    let credits_only = matches!(q.get("credits_only").map(String::as_str), Some("true" | "1"));
     let status = q.get("status").filter(|s| !s.is_empty());
     let store = st.store();
-    let campaign_name = campaign_id.and_then(|c| {
-        store
-            .campaigns
-            .iter()
-            .find(|k| k.id == c)
-            .map(|k| k.name.clone())
-    });
+    let campaign_name = campaign_id.and_then(|c| store.campaigns.iter().find(|k| k.id == c).map(|k| k.name.clone()));
     let mut rows: Vec<_> = store
         .payouts
         .iter()
         .filter(|p| p.org == caller.org && p.deal_date >= start && p.deal_date <= end)
         .filter(|p| !credits_only || p.total_credit_amount > 0.0)
         .filter(|p| status.is_none_or(|s| *s == p.status))
-        .filter(|p| {
-            campaign_id.is_none() || campaign_name.as_deref() == Some(p.campaign_name.as_str())
-        })
+        .filter(|p| campaign_id.is_none() || campaign_name.as_deref() == Some(p.campaign_name.as_str()))
         .filter(|p| creator_id.is_none_or(|c| c == p.creator_id))
         .collect();
     rows.sort_by(|a, b| b.deal_date.cmp(&a.deal_date).then(b.id.cmp(&a.id)));

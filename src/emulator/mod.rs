@@ -24,8 +24,8 @@ use tokio::task::JoinHandle;
 pub use data::{GenConfig, PayoutKind, StoredPayout, StoredSale, MAIN_ORG, OTHER_ORG};
 pub use http::app;
 pub use state::{
-    Caller, DriftEvent, EmulatorState, Fault, FaultConfig, Keys, RatePolicy, RequestRecord, Store,
-    Violation, WriteRecord,
+    Caller, DriftEvent, EmulatorState, Fault, FaultConfig, Keys, RatePolicy, RequestRecord, Store, Violation,
+    WriteRecord,
 };
 
 /// Path prefix of the API, as on the real service.
@@ -66,6 +66,7 @@ impl EmulatorConfig {
             faults: FaultConfig {
                 rate: 0.0,
                 slow: Duration::from_millis(1500),
+                kinds: vec![],
             },
             latency: Duration::ZERO,
             drift: false,

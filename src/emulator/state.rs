@@ -58,6 +58,8 @@ pub struct FaultConfig {
     pub rate: f64,
     /// How long a "slow" fault delays the answer.
     pub slow: Duration,
+    /// Restrict the dice to these kinds (tests force one kind); empty means all kinds.
+    pub kinds: Vec<Fault>,
 }
 
 /// A fault the emulator injected.
@@ -83,11 +85,12 @@ pub enum Fault {
 /// One request as the emulator saw it.
 #[derive(Clone, Debug, Serialize)]
 pub struct RequestRecord {
-    /// Milliseconds since the emulator started.
+    /// Milliseconds since the emulator started, at arrival.
     pub at_ms: f64,
     pub route: String,
     pub query: String,
     pub key: Option<&'static str>,
+    /// 0 while unanswered, and for a request the client abandoned.
     pub status: u16,
     pub fault: Option<Fault>,
 }
@@ -208,10 +211,7 @@ impl Store {
         let (org, app) = &self.apps[i as usize];
         let key = order_key(app);
         let apps = &self.apps;
-        let list = self
-            .by_status
-            .entry((*org, app.status.clone()))
-            .or_default();
+        let list = self.by_status.entry((*org, app.status.clone())).or_default();
         let pos = list.partition_point(|&j| order_key(&apps[j as usize].1) > key);
         list.insert(pos, i);
     }
@@ -334,7 +334,6 @@ pub struct EmulatorState {
 #[derive(Debug, Default)]
 struct Log {
     requests: Vec<RequestRecord>,
-    counts: BTreeMap<String, u64>,
     writes: Vec<WriteRecord>,
     violations: Vec<Violation>,
     drift: Vec<DriftEvent>,
@@ -406,12 +405,7 @@ impl EmulatorState {
     }
 
     /// Applies the rate policy to a request arriving now; an accepted request counts.
-    pub(crate) fn admit(
-        &self,
-        caller: &Caller,
-        route: &str,
-        is_mark: bool,
-    ) -> Result<(), RateRefusal> {
+    pub(crate) fn admit(&self, caller: &Caller, route: &str, is_mark: bool) -> Result<(), RateRefusal> {
         let now = Instant::now();
         let mut rates = lock(&self.rates);
         let kr = rates.entry(caller.role).or_default();
@@ -423,24 +417,17 @@ impl EmulatorState {
             gap_ms: gap.map(|g| g.as_secs_f64() * 1000.0),
         };
         if let Some(cap) = self.rate.hourly_cap.filter(|c| *c > 0) {
-            if kr
-                .window_start
-                .is_none_or(|s| now >= s + self.rate.cap_window)
-            {
+            if kr.window_start.is_none_or(|s| now >= s + self.rate.cap_window) {
                 kr.window_start = Some(now);
                 kr.window_count = 0;
             }
             if kr.window_count >= cap {
-                let reset_in = (kr.window_start.unwrap_or(now) + self.rate.cap_window)
-                    .saturating_duration_since(now);
-                lock(&self.log)
-                    .violations
-                    .push(violation("hourly_cap", None));
+                let reset_in = (kr.window_start.unwrap_or(now) + self.rate.cap_window).saturating_duration_since(now);
+                lock(&self.log).violations.push(violation("hourly_cap", None));
                 return Err(RateRefusal::Hourly {
                     cap,
                     retry_after: reset_in.as_secs_f64().ceil() as u64,
-                    reset_time: Utc::now()
-                        + chrono::Duration::from_std(reset_in).unwrap_or_default(),
+                    reset_time: Utc::now() + chrono::Duration::from_std(reset_in).unwrap_or_default(),
                 });
             }
         }
@@ -451,9 +438,7 @@ impl EmulatorState {
         if let Some(last) = kr.last_at {
             let gap = now - last;
             if !self.rate.min_interval.is_zero() && gap < self.rate.min_interval {
-                lock(&self.log)
-                    .violations
-                    .push(violation("spacing", Some(gap)));
+                lock(&self.log).violations.push(violation("spacing", Some(gap)));
                 return Err(spacing_refusal(self.rate.min_interval));
             }
         }
@@ -461,9 +446,7 @@ impl EmulatorState {
             if let Some(last) = kr.last_mark_at {
                 let gap = now - last;
                 if gap < MARK_PAYOUT_MIN_INTERVAL {
-                    lock(&self.log)
-                        .violations
-                        .push(violation("mark_spacing", Some(gap)));
+                    lock(&self.log).violations.push(violation("mark_spacing", Some(gap)));
                     return Err(spacing_refusal(MARK_PAYOUT_MIN_INTERVAL));
                 }
             }
@@ -503,6 +486,18 @@ impl EmulatorState {
                 Fault::TruncatedJson,
             ]
         };
+        let kinds: Vec<Fault> = if self.faults.kinds.is_empty() {
+            kinds.to_vec()
+        } else {
+            kinds
+                .iter()
+                .copied()
+                .filter(|k| self.faults.kinds.contains(k))
+                .collect()
+        };
+        if kinds.is_empty() {
+            return None;
+        }
         Some(kinds[rng.usize(0..kinds.len())])
     }
 
@@ -513,30 +508,38 @@ impl EmulatorState {
         }
     }
 
-    pub(crate) fn record_request(&self, rec: RequestRecord) {
+    /// Records a request on arrival (status 0: not answered yet); returns its index.
+    pub(crate) fn begin_request(&self, rec: RequestRecord) -> usize {
         let mut log = lock(&self.log);
-        *log.counts
-            .entry(format!("{} {}", rec.route, rec.status))
-            .or_default() += 1;
         log.requests.push(rec);
+        log.requests.len() - 1
+    }
+
+    /// Records the answer of a request begun with [`begin_request`](Self::begin_request).
+    pub(crate) fn finish_request(&self, index: usize, status: u16, fault: Option<Fault>) {
+        if let Some(r) = lock(&self.log).requests.get_mut(index) {
+            r.status = status;
+            r.fault = fault;
+        }
     }
 
     pub(crate) fn record_write(&self, rec: WriteRecord) {
         lock(&self.log).writes.push(rec);
     }
 
-    /// Responses by `"METHOD /route STATUS"`, e.g. `GET /campaign_applications 200`.
+    /// Requests by `"METHOD /route STATUS"`, e.g. `GET /campaign_applications 200`. Status 0
+    /// counts requests the client gave up on before the answer (a timeout).
     pub fn request_counts(&self) -> BTreeMap<String, u64> {
-        lock(&self.log).counts.clone()
+        let mut counts = BTreeMap::new();
+        for r in &lock(&self.log).requests {
+            *counts.entry(format!("{} {}", r.route, r.status)).or_default() += 1;
+        }
+        counts
     }
 
     /// Number of requests to a route (`"GET /campaign_applications"`), whatever the status.
     pub fn requests_to(&self, route: &str) -> u64 {
-        lock(&self.log)
-            .requests
-            .iter()
-            .filter(|r| r.route == route)
-            .count() as u64
+        lock(&self.log).requests.iter().filter(|r| r.route == route).count() as u64
     }
 
     pub fn requests(&self) -> Vec<RequestRecord> {

@@ -1,1 +1,7 @@
+//! The one integration-test binary: everything over real HTTP on 127.0.0.1.
 
+mod api;
+mod cli;
+mod emulator_http;
+mod pacing;
+mod util;

@@ -1,0 +1,170 @@
+//! The real binary: exit codes, configuration errors, and the key never leaking.
+
+use creator_etl::emulator::EmulatorConfig;
+
+use crate::util::*;
+
+#[test]
+fn check_reports_the_pending_count() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(120));
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["check", "--base-url", &emu.base_url];
+    let out = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+    assert_exit(&args, &out, 0);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pending = emu
+        .state
+        .applications(creator_etl::emulator::MAIN_ORG)
+        .iter()
+        .filter(|a| a.status.as_str() == "pending")
+        .count();
+    assert_eq!(report["pending_applications"], pending as u64);
+    assert_eq!(report["requests"]["requests_total"], 1);
+}
+
+/// The secret test: with `RUST_LOG=trace`, neither a good nor a rejected key appears in
+/// any output, whether it came from the environment or a file.
+#[test]
+fn the_key_never_appears_in_logs_errors_or_reports() {
+    const GOOD: &str = "sekrit-GOOD-4b1d9e";
+    const BAD: &str = "sekrit-BAD-77f00d";
+    let mut cfg = EmulatorConfig::for_tests(30);
+    cfg.keys.full = GOOD.into();
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, format!("{GOOD}\n")).unwrap();
+    let key_path = key_file.to_str().unwrap();
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, i32);
+    let cases: Vec<Case> = vec![
+
+        (
+            vec!["check", "--base-url", &emu.base_url],
+            vec![("CREATOR_API_KEY", GOOD)],
+            0,
+        ),
+        (
+            vec!["check", "--base-url", &emu.base_url, "--api-key-file", key_path],
+            vec![],
+            0,
+        ),
+        (
+            vec!["check", "--base-url", &emu.base_url, "--log-format", "json"],
+            vec![("CREATOR_API_KEY", GOOD)],
+            0,
+        ),
+        (
+            vec!["check", "--base-url", &emu.base_url],
+            vec![("CREATOR_API_KEY", BAD)],
+            4,
+        ),
+    ];
+    for (args, mut envs, code) in cases {
+        envs.push(("RUST_LOG", "trace"));
+        let out = run_bin(dir.path(), &args, &envs);
+        assert_exit(&args, &out, code);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            all.contains("TRACE") || all.contains("\"level\":\"TRACE\""),
+            "trace logging was on:\n{}",
+            show(&args, &out)
+        );
+        assert!(
+            !all.contains(GOOD) && !all.contains(BAD),
+            "key leaked:\n{}",
+            show(&args, &out)
+        );
+        assert!(
+            !all.contains("sekrit"),
+            "no part of the key leaked:\n{}",
+            show(&args, &out)
+        );
+        if code == 4 {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("API key rejected (401 Not Authenticated)") && stderr.contains("CREATOR_API_KEY"),
+                "{stderr}"
+            );
+        }
+    }
+    // Debug output of the configuration and the client.
+    let cfg = creator_etl::api::ClientConfig::new(
+        emu.base_url.parse().unwrap(),
+        creator_etl::api::ApiKey::new(GOOD, "test").unwrap(),
+    );
+    assert!(!format!("{cfg:?}").contains("sekrit"));
+    let client = creator_etl::api::Client::new(cfg).unwrap();
+    assert!(!format!("{client:?}").contains("sekrit"));
+}
+
+#[test]
+fn read_only_keys_are_accepted_for_reads() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(10));
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["check", "--base-url", &emu.base_url];
+    let out = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", READ_ONLY_KEY)]);
+    assert_exit(&args, &out, 0);
+}
+
+#[test]
+fn configuration_errors_exit_2_and_list_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-key-file");
+    let args = [
+        "check",
+        "--base-url",
+        "ftp:/nowhere",
+        "--api-key-file",
+        missing.to_str().unwrap(),
+        "--max-attempts",
+        "0",
+    ];
+    let out = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &out, 2);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for needle in ["--base-url", "no-such-key-file", "--max-attempts"] {
+        assert!(stderr.contains(needle), "`{needle}` in:\n{stderr}");
+    }
+
+    let args = ["check", "--base-url", "http://127.0.0.1:9/api/public/v1"];
+    let out = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no API key: set `CREATOR_API_KEY`"));
+
+    for args in [
+        &["check", "--no-such-flag"][..],
+        &["no-such-command"],
+        &["emulator", "--fault-rate", "2"],
+        &["emulator", "--today", "22/11/2026"],
+    ] {
+        let out = run_bin(dir.path(), args, &[]);
+        assert_exit(args, &out, 2);
+    }
+    let out = run_bin(dir.path(), &["--help"], &[]);
+    assert_exit(&["--help"], &out, 0);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Exit codes"));
+}
+
+#[test]
+fn an_unreachable_service_fails_with_exit_1_after_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    // Port 9 (discard) is closed on loopback: connections are refused at once.
+    let args = [
+        "check",
+        "--base-url",
+        "http://127.0.0.1:9/api/public/v1",
+        "--max-attempts",
+        "2",
+    ];
+    let out = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+    assert_exit(&args, &out, 1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("failed after 2 attempts") && stderr.contains("127.0.0.1:9"),
+        "{stderr}"
+    );
+}
