@@ -37,7 +37,6 @@ fn the_key_never_appears_in_logs_errors_or_reports() {
     let key_path = key_file.to_str().unwrap();
     type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, i32);
     let cases: Vec<Case> = vec![
-
         (
             vec!["check", "--base-url", &emu.base_url],
             vec![("CREATOR_API_KEY", GOOD)],

@@ -4,4 +4,5 @@ mod api;
 mod cli;
 mod emulator_http;
 mod pacing;
+mod readme;
 mod util;
