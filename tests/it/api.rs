@@ -524,3 +524,48 @@ async fn unknown_enum_values_and_fields_are_tolerated() {
     assert_eq!(a.connected_accounts[0].provider, Provider::Other("instagram".into()));
     assert_eq!(a.applied_at.to_rfc3339(), "2026-01-02T01:04:05.123+00:00");
 }
+
+/// `--drift`: applications appear and leave `pending` while a client pages, as on the real service.
+#[tokio::test]
+async fn drift_inserts_and_moves_applications_while_paging() {
+    let mut cfg = EmulatorConfig::for_tests(600);
+    cfg.drift = true;
+    let emu = emulator(cfg).await;
+    let c = client(&emu.base_url, FULL_KEY, fast());
+    let before = emu.state.applications(MAIN_ORG).len();
+    for page in 1..=10 {
+        c.list_applications(&ApplicationsQuery {
+            per_page: 10,
+            ..ApplicationsQuery::page(ApplicationStatus::Pending, page)
+        })
+        .await
+        .unwrap();
+    }
+    let events = emu.state.drift_events();
+    let truth = emu.state.applications(MAIN_ORG);
+    let inserted: Vec<i64> = events
+        .iter()
+        .filter_map(|e| match e {
+            creator_etl::emulator::DriftEvent::Inserted { id } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !inserted.is_empty() && events.len() > inserted.len(),
+        "both kinds happened: {events:?}"
+    );
+    assert_eq!(truth.len(), before + inserted.len());
+    for e in &events {
+        if let creator_etl::emulator::DriftEvent::Moved { id, to, .. } = e {
+            assert_eq!(&truth.iter().find(|a| a.id == *id).unwrap().status, to);
+        }
+    }
+    // New applications are the newest: they lead the pending list.
+    let first = c
+        .list_applications(&ApplicationsQuery::page(ApplicationStatus::Pending, 1))
+        .await
+        .unwrap()
+        .value;
+    assert!(first.data.windows(2).all(|w| w[0].applied_at >= w[1].applied_at));
+    assert!(first.data.iter().any(|a| inserted.contains(&a.id)));
+}
