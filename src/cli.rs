@@ -10,8 +10,12 @@ use chrono::NaiveDate;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use reqwest::Url;
 
+use crate::api::models::ApplicationStatus;
 use crate::api::{ApiKey, ClientConfig, PacingConfig, RetryPolicy, API_KEY_ENV, DEFAULT_BASE_URL};
 use crate::emulator::{EmulatorConfig, FaultConfig, GenConfig, Keys, RatePolicy};
+use crate::extract::ExtractConfig;
+use crate::out::OutDir;
+
 use crate::Error;
 
 #[derive(Debug, Parser)]
@@ -46,13 +50,7 @@ pub struct GlobalArgs {
     pub api_key_file: Option<PathBuf>,
 
     /// Output directory: raw landing, Parquet, warehouse, run reports
-    #[arg(
-        long,
-        global = true,
-        env = "CREATOR_ETL_OUT",
-        default_value = "./data",
-        value_name = "DIR"
-    )]
+    #[arg(long, global = true, env = "CREATOR_ETL_OUT", default_value = "./data", value_name = "DIR")]
     pub out: PathBuf,
 
     /// Log format on stderr
@@ -69,33 +67,15 @@ pub struct GlobalArgs {
 
     /// Rate policy: minimum milliseconds between two requests with the same key (0: none).
     /// The client keeps to it; the emulator enforces it
-    #[arg(
-        long,
-        global = true,
-        env = "CREATOR_MIN_INTERVAL_MS",
-        default_value_t = 2000,
-        value_name = "MS"
-    )]
+    #[arg(long, global = true, env = "CREATOR_MIN_INTERVAL_MS", default_value_t = 2000, value_name = "MS")]
     pub min_interval_ms: u64,
 
     /// Rate policy: at most N requests per key in each cap window (0: no cap)
-    #[arg(
-        long,
-        global = true,
-        env = "CREATOR_HOURLY_CAP",
-        default_value_t = 40,
-        value_name = "N"
-    )]
+    #[arg(long, global = true, env = "CREATOR_HOURLY_CAP", default_value_t = 40, value_name = "N")]
     pub hourly_cap: u32,
 
     /// Rate policy: length of the cap window in seconds
-    #[arg(
-        long,
-        global = true,
-        env = "CREATOR_CAP_WINDOW_S",
-        default_value_t = 3600,
-        value_name = "S"
-    )]
+    #[arg(long, global = true, env = "CREATOR_CAP_WINDOW_S", default_value_t = 3600, value_name = "S")]
     pub cap_window_s: u64,
 
     /// Attempts per request, the first included, before a retryable failure is final
@@ -117,6 +97,135 @@ pub enum Command {
     Check,
     /// Serve the emulator of the API on this machine; prints its base URL on stdout
     Emulator(EmulatorArgs),
+    /// Crawl every application and the content statistics into the raw landing; resumes an
+    /// unfinished run; prints the run report on stdout
+    Extract(ExtractArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExtractArgs {
+    /// Statuses to crawl, comma-separated [default: all six]
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub statuses: Vec<String>,
+    /// Only applications to this campaign
+    #[arg(long, value_name = "ID")]
+    pub campaign_id: Option<i64>,
+    /// Requests in flight at once; the pacer still spaces their starts
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub concurrency: usize,
+    /// Crawls of a status while its rows disagree with the service's count (drift)
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub max_passes: u32,
+    /// First day of content statistics (YYYY-MM-DD, UTC) [default: last extracted day minus
+    /// --lookback-days, or --since-days ago on the first run]
+    #[arg(long, value_name = "DATE")]
+    pub from: Option<String>,
+    /// Last day of content statistics (YYYY-MM-DD, UTC) [default: today; later days are lowered to today]
+    #[arg(long, value_name = "DATE")]
+    pub to: Option<String>,
+    /// Days per content request
+    #[arg(long, default_value_t = 90, value_name = "N")]
+    pub window_days: u32,
+    /// Days before the last extracted day that are fetched again, because recent days still change
+    #[arg(long, default_value_t = 7, value_name = "N")]
+    pub lookback_days: u32,
+    /// How far back the first run goes
+    #[arg(long, default_value_t = 365, value_name = "N")]
+    pub since_days: u32,
+    /// Print the plan after page 1 of each status (at most one request per status), then stop
+    #[arg(long)]
+    pub plan_only: bool,
+    /// After a completed run, keep only the newest N raw landings
+    #[arg(long, value_name = "N")]
+    pub keep_raw: Option<usize>,
+    /// Start a new run even if an unfinished one could be resumed
+    #[arg(long)]
+    pub fresh: bool,
+}
+
+fn parse_day(flag: &str, value: &Option<String>, problems: &mut Vec<String>) -> Option<NaiveDate> {
+    let v = value.as_ref()?;
+    match NaiveDate::parse_from_str(v, "%Y-%m-%d") {
+        Ok(d) => Some(d),
+        Err(_) => {
+            problems.push(format!("`{flag}` `{v}` is not a YYYY-MM-DD date"));
+            None
+        }
+    }
+}
+
+impl ExtractArgs {
+    /// Validates the extract request.
+    pub fn config(&self, global: &GlobalArgs) -> Result<ExtractConfig, Error> {
+        let mut problems = vec![];
+        let statuses = if self.statuses.is_empty() {
+            ApplicationStatus::KNOWN.to_vec()
+        } else {
+            let mut v = vec![];
+            for s in &self.statuses {
+                let parsed = ApplicationStatus::parse(s.trim());
+                if !parsed.is_known() {
+                    problems.push(format!(
+                        "`--statuses`: `{s}` is not a status; allowed: {}",
+                        ApplicationStatus::known_list()
+                    ));
+                } else if !v.contains(&parsed) {
+                    v.push(parsed);
+                }
+            }
+            v
+        };
+        if !(1..=64).contains(&self.concurrency) {
+            problems.push("`--concurrency` must be between 1 and 64".into());
+        }
+        if !(1..=10).contains(&self.max_passes) {
+            problems.push("`--max-passes` must be between 1 and 10".into());
+        }
+        if !(1..=3650).contains(&self.window_days) {
+            problems.push("`--window-days` must be between 1 and 3650".into());
+        }
+        let from = parse_day("--from", &self.from, &mut problems);
+        let to = parse_day("--to", &self.to, &mut problems);
+        if let (Some(f), Some(t)) = (from, to) {
+            if f > t {
+                problems.push(format!("`--from` {f} is after `--to` {t}"));
+            }
+        }
+        if self.keep_raw == Some(0) {
+            problems.push("`--keep-raw` must be at least 1".into());
+        }
+        if !problems.is_empty() {
+            return Err(Error::Config(problems));
+        }
+        Ok(ExtractConfig {
+            out: OutDir::new(&global.out),
+            statuses,
+            campaign_id: self.campaign_id,
+            concurrency: self.concurrency,
+            max_passes: self.max_passes,
+            from,
+            to,
+            window_days: self.window_days,
+            lookback_days: self.lookback_days,
+            since_days: self.since_days,
+            plan_only: self.plan_only,
+            keep_raw: self.keep_raw,
+            fresh: self.fresh,
+            progress_bars: global.quiet == 0,
+        })
+    }
+}
+
+/// Both validations, with every problem of either reported together.
+pub fn validate_both<A, B>(a: Result<A, Error>, b: Result<B, Error>) -> Result<(A, B), Error> {
+    match (a, b) {
+        (Ok(a), Ok(b)) => Ok((a, b)),
+        (Err(Error::Config(mut p)), Err(Error::Config(q))) => {
+            p.extend(q);
+            Err(Error::Config(p))
+        }
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -189,10 +298,7 @@ impl GlobalArgs {
         let url = match Url::parse(&self.base_url) {
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
             Ok(_) => {
-                problems.push(format!(
-                    "`--base-url` `{}` must be an http(s) URL with a host",
-                    self.base_url
-                ));
+                problems.push(format!("`--base-url` `{}` must be an http(s) URL with a host", self.base_url));
                 None
             }
             Err(e) => {
@@ -275,11 +381,7 @@ impl EmulatorArgs {
                 hourly_cap: pacing.hourly_cap,
                 cap_window: pacing.cap_window,
             },
-            faults: FaultConfig {
-                rate: self.fault_rate,
-                slow: Duration::from_millis(self.slow_ms),
-                kinds: vec![],
-            },
+            faults: FaultConfig { rate: self.fault_rate, slow: Duration::from_millis(self.slow_ms), kinds: vec![] },
             latency: Duration::from_millis(self.latency_ms),
             drift: self.drift,
             admin: self.admin,

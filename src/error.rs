@@ -3,6 +3,8 @@
 use thiserror::Error;
 
 use crate::api::{ApiError, KeyError};
+use crate::extract::ExtractError;
+use crate::out::OutError;
 
 /// Exit codes, documented in the README.
 pub mod exit {
@@ -18,6 +20,8 @@ pub mod exit {
     pub const AUTH: u8 = 4;
     /// Another run holds the lock on `--out`.
     pub const LOCKED: u8 = 5;
+    /// Interrupted by Ctrl-C or SIGTERM; progress is saved and a rerun resumes.
+    pub const INTERRUPTED: u8 = 130;
 }
 
 #[derive(Debug, Error)]
@@ -29,6 +33,10 @@ pub enum Error {
     Key(#[from] KeyError),
     #[error(transparent)]
     Api(#[from] ApiError),
+    #[error(transparent)]
+    Extract(#[from] ExtractError),
+    #[error(transparent)]
+    Out(#[from] OutError),
     #[error("cannot listen on `{addr}`")]
     Bind {
         addr: String,
@@ -49,6 +57,12 @@ impl Error {
             Error::Config(_) | Error::Key(_) => exit::USAGE,
             Error::Api(e) if e.is_auth() => exit::AUTH,
             Error::Api(ApiError::InvalidRequest(_)) => exit::USAGE,
+            Error::Extract(ExtractError::Api { source, .. }) if source.is_auth() => exit::AUTH,
+            Error::Extract(ExtractError::Interrupted) => exit::INTERRUPTED,
+            Error::Out(OutError::Locked { .. }) | Error::Extract(ExtractError::Out(OutError::Locked { .. })) => {
+                exit::LOCKED
+            }
+
             _ => exit::FAILED,
         }
     }

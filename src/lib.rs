@@ -10,5 +10,8 @@ pub mod app;
 pub mod cli;
 pub mod emulator;
 mod error;
+pub mod extract;
+pub mod out;
+pub mod progress;
 
 pub use error::{exit, Error};

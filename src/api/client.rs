@@ -70,9 +70,7 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// The backoff before attempt `attempt + 1`: half fixed, half random ("equal jitter").
     fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .base_backoff
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+        let exp = self.base_backoff.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
         let capped = exp.min(self.max_backoff);
         let half = capped / 2;
         half + half.mul_f64(fastrand::f64())
@@ -160,12 +158,7 @@ pub struct ApplicationsQuery {
 impl ApplicationsQuery {
     /// Page `page` of a status, 100 rows a page.
     pub fn page(status: ApplicationStatus, page: u64) -> Self {
-        ApplicationsQuery {
-            status,
-            campaign_id: None,
-            page,
-            per_page: MAX_APPLICATIONS_PER_PAGE,
-        }
+        ApplicationsQuery { status, campaign_id: None, page, per_page: MAX_APPLICATIONS_PER_PAGE }
     }
 }
 
@@ -244,14 +237,7 @@ impl Client {
             .map_err(|e| ApiError::Setup(e.to_string()))?;
         let pacer = Pacer::shared(base.as_str(), &config.api_key.fingerprint(), config.pacing.clone());
         Ok(Client {
-            inner: Arc::new(Inner {
-                http,
-                base,
-                auth,
-                pacer,
-                retry: config.retry,
-                metrics: Metrics::default(),
-            }),
+            inner: Arc::new(Inner { http, base, auth, pacer, retry: config.retry, metrics: Metrics::default() }),
         })
     }
 
@@ -281,14 +267,7 @@ impl Client {
         }
         query.push(("page".into(), q.page.to_string()));
         query.push(("per_page".into(), q.per_page.to_string()));
-        self.execute(
-            Endpoint::ListApplications,
-            Method::GET,
-            "campaign_applications",
-            query,
-            None,
-        )
-        .await
+        self.execute(Endpoint::ListApplications, Method::GET, "campaign_applications", query, None).await
     }
 
     /// `GET /stats/content_24h_data` for the days `start..=end` (dates sent as MM/DD/YYYY).
@@ -303,32 +282,22 @@ impl Client {
             ("end_date".to_owned(), end.format("%m/%d/%Y").to_string()),
             ("limit".to_owned(), limit.to_string()),
         ];
-        self.execute(Endpoint::Content24h, Method::GET, "stats/content_24h_data", query, None)
-            .await
+        self.execute(Endpoint::Content24h, Method::GET, "stats/content_24h_data", query, None).await
     }
 
     /// `PATCH /affiliate_sales/{id}` with only the fields set in `update`.
     pub async fn update_sale(&self, id: i64, update: &SaleUpdate) -> Result<Fetched<SaleEnvelope>, ApiError> {
         let body = serde_json::to_vec(update).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
         let path = format!("affiliate_sales/{id}");
-        self.execute(Endpoint::UpdateSale, Method::PATCH, &path, vec![], Some(body))
-            .await
+        self.execute(Endpoint::UpdateSale, Method::PATCH, &path, vec![], Some(body)).await
     }
 
     /// `POST /stats/mark_credit_payout`; "already paid externally" is a success.
     pub async fn mark_credit_payout(&self, uuid: &str) -> Result<MarkOutcome, ApiError> {
-        let body = serde_json::to_vec(&MarkPayoutRequest {
-            creator_payout_uuid: uuid.to_owned(),
-        })
-        .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+        let body = serde_json::to_vec(&MarkPayoutRequest { creator_payout_uuid: uuid.to_owned() })
+            .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
         match self
-            .execute(
-                Endpoint::MarkCreditPayout,
-                Method::POST,
-                "stats/mark_credit_payout",
-                vec![],
-                Some(body),
-            )
+            .execute(Endpoint::MarkCreditPayout, Method::POST, "stats/mark_credit_payout", vec![], Some(body))
             .await
         {
             Ok(f) => Ok(MarkOutcome::Marked(Box::new(f))),
@@ -360,14 +329,7 @@ impl Client {
         }
         query.push(("page".into(), q.page.max(1).to_string()));
         query.push(("per_page".into(), q.per_page.clamp(1, MAX_PAYOUTS_PER_PAGE).to_string()));
-        self.execute(
-            Endpoint::ListCreatorPayouts,
-            Method::GET,
-            "stats/creator_payouts",
-            query,
-            None,
-        )
-        .await
+        self.execute(Endpoint::ListCreatorPayouts, Method::GET, "stats/creator_payouts", query, None).await
     }
 
     /// Sends one request with pacing and retries, and decodes the answer.
@@ -380,10 +342,7 @@ impl Client {
         body: Option<Vec<u8>>,
     ) -> Result<Fetched<T>, ApiError> {
         let inner = &*self.inner;
-        let mut url = inner
-            .base
-            .join(path)
-            .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+        let mut url = inner.base.join(path).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
         if !query.is_empty() {
             url.query_pairs_mut().extend_pairs(query.iter());
         }
@@ -406,11 +365,7 @@ impl Client {
                     let reason = transport_reason(&e);
                     tracing::debug!(attempt, elapsed_ms = sent_at.elapsed().as_millis() as u64, %reason, "transport error");
                     Failure {
-                        error: ApiError::Transport {
-                            url: shown.clone(),
-                            attempts: attempt,
-                            reason,
-                        },
+                        error: ApiError::Transport { url: shown.clone(), attempts: attempt, reason },
                         retryable: true,
                         server_wait: None,
                     }
@@ -458,11 +413,7 @@ impl Client {
             if !failure.retryable || attempt >= policy.max_attempts {
                 return Err(failure.error);
             }
-            let delay = if failure.server_wait.is_some() {
-                Duration::ZERO
-            } else {
-                policy.backoff(attempt)
-            };
+            let delay = if failure.server_wait.is_some() { Duration::ZERO } else { policy.backoff(attempt) };
             let resume_in = delay.max(failure.server_wait.unwrap_or_default());
             if started.elapsed() + resume_in > policy.deadline {
                 return Err(ApiError::Deadline {
@@ -510,33 +461,20 @@ impl Client {
         let url = url.to_owned();
         match status {
             401 => Err(ApiError::Unauthorized { url, message }),
-            403 => Err(ApiError::Forbidden {
-                method: method.to_string(),
-                url,
-                message,
-            }),
+            403 => Err(ApiError::Forbidden { method: method.to_string(), url, message }),
             404 => Err(ApiError::NotFound { url, message }),
             422 => Err(ApiError::Unprocessable { url, message }),
             429 => {
                 let wait = rate_limit_wait(headers, &body, Utc::now());
                 self.inner.pacer.block_for(wait);
                 Ok(Failure {
-                    error: ApiError::RateLimited {
-                        url,
-                        attempts: attempt,
-                        message,
-                    },
+                    error: ApiError::RateLimited { url, attempts: attempt, message },
                     retryable: true,
                     server_wait: Some(wait),
                 })
             }
             s if s >= 500 => Ok(Failure {
-                error: ApiError::Server {
-                    url,
-                    status,
-                    attempts: attempt,
-                    message,
-                },
+                error: ApiError::Server { url, status, attempts: attempt, message },
                 retryable: true,
                 server_wait: None,
             }),
@@ -571,12 +509,8 @@ impl Client {
 }
 
 fn is_already_paid(e: &ApiError) -> bool {
-    let four_xx = e
-        .status()
-        .is_some_and(|s| (400..500).contains(&s) && s != 401 && s != 403 && s != 429);
-    four_xx
-        && e.server_message()
-            .is_some_and(|m| m.to_ascii_lowercase().contains("current status is paid_externally"))
+    let four_xx = e.status().is_some_and(|s| (400..500).contains(&s) && s != 401 && s != 403 && s != 429);
+    four_xx && e.server_message().is_some_and(|m| m.to_ascii_lowercase().contains("current status is paid_externally"))
 }
 
 /// The error and its causes, without the URL (already in the message) and never the headers.
@@ -591,11 +525,7 @@ fn transport_reason(e: &reqwest::Error) -> String {
         source = s.source();
     }
     if parts.is_empty() {
-        parts.push(if e.is_body() {
-            "response body interrupted".into()
-        } else {
-            "request failed".into()
-        });
+        parts.push(if e.is_body() { "response body interrupted".into() } else { "request failed".into() });
     }
     parts.dedup();
     parts.join(": ")
@@ -622,11 +552,7 @@ pub fn rate_limit_wait(headers: &HeaderMap, body: &ErrorBody, now: DateTime<Utc>
     if let Some(n) = body.retry_after {
         take(n);
     }
-    if let Some(t) = body
-        .reset_time
-        .as_deref()
-        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-    {
+    if let Some(t) = body.reset_time.as_deref().and_then(|t| DateTime::parse_from_rfc3339(t).ok()) {
         take((t.with_timezone(&Utc) - now).num_milliseconds() as f64 / 1000.0);
     }
     let secs = secs.unwrap_or(2.0).min(24.0 * 3600.0);
@@ -639,28 +565,17 @@ mod tests {
 
     #[test]
     fn rate_limit_wait_takes_the_longest_ask() {
-        let now = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
-            .unwrap()
-            .with_timezone(&Utc);
+        let now = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().with_timezone(&Utc);
         let mut h = HeaderMap::new();
         h.insert(RETRY_AFTER, HeaderValue::from_static("3"));
-        let body = ErrorBody {
-            retry_after: Some(2.0),
-            ..Default::default()
-        };
+        let body = ErrorBody { retry_after: Some(2.0), ..Default::default() };
         assert_eq!(rate_limit_wait(&h, &body, now), Duration::from_millis(3050));
-        let body = ErrorBody {
-            retry_after: Some(2.0),
-            reset_time: Some("2026-01-01T00:10:00Z".into()),
-            ..Default::default()
-        };
+        let body =
+            ErrorBody { retry_after: Some(2.0), reset_time: Some("2026-01-01T00:10:00Z".into()), ..Default::default() };
         assert_eq!(rate_limit_wait(&h, &body, now), Duration::from_millis(600_050));
         h.insert(RETRY_AFTER, HeaderValue::from_static("Thu, 01 Jan 2026 00:20:00 GMT"));
         assert_eq!(rate_limit_wait(&h, &body, now), Duration::from_millis(1_200_050));
-        assert_eq!(
-            rate_limit_wait(&HeaderMap::new(), &ErrorBody::default(), now),
-            Duration::from_millis(2050)
-        );
+        assert_eq!(rate_limit_wait(&HeaderMap::new(), &ErrorBody::default(), now), Duration::from_millis(2050));
     }
 
     #[test]
@@ -680,11 +595,7 @@ mod tests {
             message: "Cannot mark payout as paid: current status is paid_externally".into(),
         };
         assert!(is_already_paid(&e));
-        let e = ApiError::Rejected {
-            url: "u".into(),
-            status: 400,
-            message: "current status is due".into(),
-        };
+        let e = ApiError::Rejected { url: "u".into(), status: 400, message: "current status is due".into() };
         assert!(!is_already_paid(&e));
     }
 }

@@ -9,11 +9,7 @@ pub enum ApiError {
     #[error("API key rejected (401 {message}) at `{url}`: check `CREATOR_API_KEY` or `--api-key-file`")]
     Unauthorized { url: String, message: String },
     #[error("API key lacks rights (403 {message}) for `{method} {url}`: a read-only key cannot write; use a full-access key")]
-    Forbidden {
-        method: String,
-        url: String,
-        message: String,
-    },
+    Forbidden { method: String, url: String, message: String },
     #[error("not found (404 {message}) at `{url}`")]
     NotFound { url: String, message: String },
     #[error("request refused (422 {message}) at `{url}`")]
@@ -21,35 +17,15 @@ pub enum ApiError {
     #[error("request refused ({status} {message}) at `{url}`")]
     Rejected { url: String, status: u16, message: String },
     #[error("rate limited (429 {message}) at `{url}`; gave up after {attempts} attempts: lower the request rate (`--min-interval-ms`, `--hourly-cap`) or try later")]
-    RateLimited {
-        url: String,
-        attempts: u32,
-        message: String,
-    },
+    RateLimited { url: String, attempts: u32, message: String },
     #[error("server error ({status} {message}) at `{url}` after {attempts} attempts")]
-    Server {
-        url: String,
-        status: u16,
-        attempts: u32,
-        message: String,
-    },
+    Server { url: String, status: u16, attempts: u32, message: String },
     #[error("connection to `{url}` failed after {attempts} attempts: {reason}")]
     Transport { url: String, attempts: u32, reason: String },
     #[error("response from `{url}` (status {status}) is not the expected JSON after {attempts} attempts: {reason}; body starts `{snippet}`")]
-    Decode {
-        url: String,
-        status: u16,
-        attempts: u32,
-        reason: String,
-        snippet: String,
-    },
+    Decode { url: String, status: u16, attempts: u32, reason: String, snippet: String },
     #[error("gave up on `{url}` after {attempts} attempts: the {deadline_s} s deadline would pass before the next try; last error: {last}")]
-    Deadline {
-        url: String,
-        attempts: u32,
-        deadline_s: u64,
-        last: String,
-    },
+    Deadline { url: String, attempts: u32, deadline_s: u64, last: String },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error("cannot build the HTTP client: {0}")]
@@ -107,11 +83,7 @@ impl ApiError {
 /// At most `max` characters of a body, with control characters shown as spaces.
 pub(crate) fn snippet(body: &[u8], max: usize) -> String {
     let text = String::from_utf8_lossy(body);
-    let mut out: String = text
-        .chars()
-        .take(max)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
+    let mut out: String = text.chars().take(max).map(|c| if c.is_control() { ' ' } else { c }).collect();
     if text.chars().count() > max {
         out.push('…');
     }

@@ -40,14 +40,10 @@ impl ApiKey {
     pub fn new(raw: &str, source_name: &str) -> Result<Self, KeyError> {
         let key = raw.trim();
         if key.is_empty() {
-            return Err(KeyError::Empty {
-                source_name: source_name.into(),
-            });
+            return Err(KeyError::Empty { source_name: source_name.into() });
         }
         if key.chars().any(|c| c.is_whitespace() || c.is_control()) || !key.is_ascii() {
-            return Err(KeyError::Malformed {
-                source_name: source_name.into(),
-            });
+            return Err(KeyError::Malformed { source_name: source_name.into() });
         }
         Ok(ApiKey(key.to_owned()))
     }
@@ -55,10 +51,8 @@ impl ApiKey {
     /// Reads the key: `--api-key-file` wins over `CREATOR_API_KEY` when both are given.
     pub fn resolve(file: Option<&Path>, env_value: Option<&str>) -> Result<Self, KeyError> {
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path).map_err(|e| KeyError::Unreadable {
-                path: path.display().to_string(),
-                reason: e.kind().to_string(),
-            })?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| KeyError::Unreadable { path: path.display().to_string(), reason: e.kind().to_string() })?;
             return ApiKey::new(&text, &format!("file `{}`", path.display()));
         }
         match env_value {
@@ -100,21 +94,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("key");
         std::fs::write(&p, "from-file\n").unwrap();
-        assert_eq!(
-            ApiKey::resolve(Some(&p), Some("from-env")).unwrap().expose(),
-            "from-file"
-        );
+        assert_eq!(ApiKey::resolve(Some(&p), Some("from-env")).unwrap().expose(), "from-file");
         assert_eq!(ApiKey::resolve(None, Some(" from-env ")).unwrap().expose(), "from-env");
         assert_eq!(ApiKey::resolve(None, None), Err(KeyError::Missing));
-        assert!(matches!(
-            ApiKey::resolve(None, Some("a b")),
-            Err(KeyError::Malformed { .. })
-        ));
+        assert!(matches!(ApiKey::resolve(None, Some("a b")), Err(KeyError::Malformed { .. })));
         assert!(matches!(ApiKey::resolve(None, Some("  ")), Err(KeyError::Empty { .. })));
         let missing = dir.path().join("nope");
-        assert!(matches!(
-            ApiKey::resolve(Some(&missing), None),
-            Err(KeyError::Unreadable { .. })
-        ));
+        assert!(matches!(ApiKey::resolve(Some(&missing), None), Err(KeyError::Unreadable { .. })));
     }
 }

@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What the client did during a run.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+
 pub struct MetricsSnapshot {
     /// Responses by endpoint, then by status code (`transport_error` when there was none).
     pub requests: BTreeMap<String, BTreeMap<String, u64>>,
@@ -26,6 +27,26 @@ pub struct MetricsSnapshot {
     pub bytes_sent: u64,
 }
 
+impl MetricsSnapshot {
+    /// Adds another run's (or invocation's) counters to these.
+    pub fn merge(&mut self, other: &MetricsSnapshot) {
+        for (endpoint, by_status) in &other.requests {
+            let mine = self.requests.entry(endpoint.clone()).or_default();
+            for (status, n) in by_status {
+                *mine.entry(status.clone()).or_default() += n;
+            }
+        }
+        self.requests_total += other.requests_total;
+        self.retries += other.retries;
+        self.rate_limited += other.rate_limited;
+        self.pacing_waits += other.pacing_waits;
+        self.pacing_wait_ms += other.pacing_wait_ms;
+        self.backoff_wait_ms += other.backoff_wait_ms;
+        self.bytes_received += other.bytes_received;
+        self.bytes_sent += other.bytes_sent;
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Metrics(Mutex<MetricsSnapshot>);
 
@@ -41,11 +62,7 @@ impl Metrics {
     pub(crate) fn response(&self, endpoint: &str, status: Option<u16>, sent: usize, received: usize) {
         self.with(|m| {
             let key = status.map_or_else(|| "transport_error".to_owned(), |s| s.to_string());
-            *m.requests
-                .entry(endpoint.to_owned())
-                .or_default()
-                .entry(key)
-                .or_default() += 1;
+            *m.requests.entry(endpoint.to_owned()).or_default().entry(key).or_default() += 1;
             m.requests_total += 1;
             m.bytes_sent += sent as u64;
             m.bytes_received += received as u64;

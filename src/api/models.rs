@@ -416,10 +416,7 @@ pub struct ErrorBody {
 
 impl ErrorBody {
     pub fn new(error: impl Into<String>) -> Self {
-        ErrorBody {
-            error: Some(error.into()),
-            ..Default::default()
-        }
+        ErrorBody { error: Some(error.into()), ..Default::default() }
     }
 
     /// The server's message: `error`, then `message`, joined when both say something different.
@@ -451,15 +448,8 @@ mod tests {
         assert_eq!(u.customer_email, Patch::Clear);
         assert_eq!(u.customer_name, Patch::Unchanged);
         assert_eq!(serde_json::to_string(&u).unwrap(), r#"{"customer_email":null}"#);
-        let u = SaleUpdate {
-            customer_name: Patch::Set("Ann".into()),
-            total: Some(5),
-            ..Default::default()
-        };
-        assert_eq!(
-            serde_json::to_string(&u).unwrap(),
-            r#"{"total":5,"customer_name":"Ann"}"#
-        );
+        let u = SaleUpdate { customer_name: Patch::Set("Ann".into()), total: Some(5), ..Default::default() };
+        assert_eq!(serde_json::to_string(&u).unwrap(), r#"{"total":5,"customer_name":"Ann"}"#);
     }
 
     #[test]

@@ -57,11 +57,7 @@ impl Default for PacingConfig {
 impl PacingConfig {
     /// No client-side limits at all (tests and benchmarks against an unlimited emulator).
     pub fn unlimited() -> Self {
-        PacingConfig {
-            min_interval: Duration::ZERO,
-            hourly_cap: None,
-            cap_window: DEFAULT_CAP_WINDOW,
-        }
+        PacingConfig { min_interval: Duration::ZERO, hourly_cap: None, cap_window: DEFAULT_CAP_WINDOW }
     }
 }
 
@@ -126,10 +122,7 @@ fn margin(interval: Duration) -> Duration {
 
 impl Pacer {
     pub fn new(config: PacingConfig) -> Self {
-        Pacer {
-            config,
-            state: Mutex::new(State::default()),
-        }
+        Pacer { config, state: Mutex::new(State::default()) }
     }
 
     /// The pacer for this service and key, shared with every client that uses them.
@@ -173,11 +166,7 @@ impl Pacer {
         }
         if let Some(last) = st.last_start {
             if !cfg.min_interval.is_zero() {
-                later(
-                    last + cfg.min_interval + margin(cfg.min_interval),
-                    Reason::Spacing,
-                    &mut slot,
-                );
+                later(last + cfg.min_interval + margin(cfg.min_interval), Reason::Spacing, &mut slot);
             }
         }
         if class == RequestClass::MarkPayout {
@@ -190,11 +179,7 @@ impl Pacer {
             let cap = cap as usize;
             if st.window.len() >= cap {
                 let nth_latest = st.window[st.window.len() - cap];
-                later(
-                    nth_latest + cfg.cap_window + cap_margin(cfg.cap_window),
-                    Reason::HourlyCap,
-                    &mut slot,
-                );
+                later(nth_latest + cfg.cap_window + cap_margin(cfg.cap_window), Reason::HourlyCap, &mut slot);
             }
             while st.window.front().is_some_and(|t| *t + cfg.cap_window <= slot) {
                 st.window.pop_front();
@@ -334,10 +319,7 @@ mod tests {
     async fn a_long_wait_is_logged_once_with_its_resume_time() {
         let out = Captured::default();
         let writer = out.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
+        let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
         let _guard = tracing::subscriber::set_default(subscriber);
         let p = Pacer::new(cfg(1000, Some(2), 120_000));
         for _ in 0..3 {
@@ -345,10 +327,7 @@ mod tests {
         }
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         assert_eq!(text.matches("waiting before the next request").count(), 1, "{text}");
-        assert!(
-            text.contains("resume_at=") && text.contains("hourly request cap"),
-            "{text}"
-        );
+        assert!(text.contains("resume_at=") && text.contains("hourly request cap"), "{text}");
     }
 
     #[tokio::test(start_paused = true)]

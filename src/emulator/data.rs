@@ -174,7 +174,7 @@ impl ContentModel {
         }
         let d = date.num_days_from_ce() as u64;
         let h = mix(self.seed ^ mix(u64::from(org) << 40 ^ d));
-        if h % 97 == 0 {
+        if h.is_multiple_of(97) {
             return (0, 0); // an outage day: exercises `last = 0`
         }
         let base = if org == MAIN_ORG { 40_000.0 } else { 7_000.0 };
@@ -243,23 +243,9 @@ fn campaigns() -> Vec<Campaign> {
 pub(crate) fn status_for_age(rng: &mut fastrand::Rng, age_days: i64) -> ApplicationStatus {
     use ApplicationStatus::*;
     let table: [(ApplicationStatus, u32); 6] = if age_days < 14 {
-        [
-            (Pending, 70),
-            (Accepted, 15),
-            (Rejected, 8),
-            (PendingContract, 4),
-            (PendingPayment, 2),
-            (Canceled, 1),
-        ]
+        [(Pending, 70), (Accepted, 15), (Rejected, 8), (PendingContract, 4), (PendingPayment, 2), (Canceled, 1)]
     } else {
-        [
-            (Pending, 10),
-            (Accepted, 42),
-            (Rejected, 30),
-            (Canceled, 8),
-            (PendingContract, 5),
-            (PendingPayment, 5),
-        ]
+        [(Pending, 10), (Accepted, 42), (Rejected, 30), (Canceled, 8), (PendingContract, 5), (PendingPayment, 5)]
     };
     let mut roll = rng.u32(0..100);
     for (s, w) in table {
@@ -298,10 +284,7 @@ pub(crate) fn make_application(
         (first.to_owned(), None)
     } else {
         let handle = format!("{}.{}", first, last).to_lowercase().replace(['\'', ' '], "");
-        (
-            format!("{first} {last}"),
-            Some(format!("{handle}{user_id}@example.com")),
-        )
+        (format!("{first} {last}"), Some(format!("{handle}{user_id}@example.com")))
     };
     let n_accounts = match rng.u32(0..100) {
         0..=14 => 0,
@@ -321,12 +304,7 @@ pub(crate) fn make_application(
                 _ => rng.i64(31..121),
             };
             let username = (rng.u32(0..10) != 0).then(|| format!("{}_{}{}", first.to_lowercase(), user_id % 1000, k));
-            ConnectedAccount {
-                id,
-                provider: Provider::TikTok,
-                username,
-                monthly_post_count,
-            }
+            ConnectedAccount { id, provider: Provider::TikTok, username, monthly_post_count }
         })
         .collect();
     Application {
@@ -368,16 +346,7 @@ pub fn generate(cfg: &GenConfig) -> Dataset {
         t += ChronoDuration::seconds(rng.i64(1..=2 * step));
         let age = (now - t).num_days();
         let status = status_for_age(&mut rng, age);
-        let app = make_application(
-            &mut rng,
-            id,
-            org,
-            &campaigns,
-            t,
-            status,
-            user_pool,
-            &mut next_account_id,
-        );
+        let app = make_application(&mut rng, id, org, &campaigns, t, status, user_pool, &mut next_account_id);
         applications.push((org, app));
         id += 1;
         if org == MAIN_ORG {
@@ -392,15 +361,7 @@ pub fn generate(cfg: &GenConfig) -> Dataset {
         start: cfg.today - ChronoDuration::days(i64::from(cfg.content_years) * 365),
         today: cfg.today,
     };
-    Dataset {
-        campaigns,
-        applications,
-        sales,
-        payouts,
-        content,
-        next_application_id: id,
-        next_account_id,
-    }
+    Dataset { campaigns, applications, sales, payouts, content, next_application_id: id, next_account_id }
 }
 
 fn generate_sales(rng: &mut fastrand::Rng, cfg: &GenConfig, campaigns: &[Campaign]) -> Vec<StoredSale> {
@@ -431,11 +392,7 @@ fn generate_sales(rng: &mut fastrand::Rng, cfg: &GenConfig, campaigns: &[Campaig
     };
     let platforms = ["website", "ios", "android"];
     for i in 0..cfg.sales {
-        let status = if i % 2 == 0 {
-            SaleStatus::Unpaid
-        } else {
-            SaleStatus::Paid
-        };
+        let status = if i % 2 == 0 { SaleStatus::Unpaid } else { SaleStatus::Paid };
         push(rng, MAIN_ORG, 7001 + i as i64, platforms[i % 3], status);
     }
     for i in 0..4 {
@@ -522,19 +479,11 @@ mod tests {
         for s in ApplicationStatus::KNOWN {
             assert!(d.applications.iter().any(|(_, a)| &a.status == s), "{s}");
         }
-        let market: Vec<_> = d
-            .applications
-            .iter()
-            .filter(|(_, a)| a.signup_source == SignupSource::Marketplace)
-            .collect();
+        let market: Vec<_> =
+            d.applications.iter().filter(|(_, a)| a.signup_source == SignupSource::Marketplace).collect();
         assert!(!market.is_empty());
-        assert!(market
-            .iter()
-            .all(|(_, a)| a.email.is_none() && !a.creator_name.contains(' ')));
-        assert!(d
-            .applications
-            .windows(2)
-            .all(|w| w[0].1.applied_at <= w[1].1.applied_at));
+        assert!(market.iter().all(|(_, a)| a.email.is_none() && !a.creator_name.contains(' ')));
+        assert!(d.applications.windows(2).all(|w| w[0].1.applied_at <= w[1].1.applied_at));
         assert!(d.applications.iter().any(|(o, _)| *o == OTHER_ORG));
     }
 

@@ -44,23 +44,12 @@ pub fn app(state: Shared) -> Router {
             "/__admin",
             Router::new()
                 .route("/requests", get(admin_requests))
-                .route(
-                    "/writes",
-                    get(|State(s): State<Shared>| async move { Json(s.writes()) }),
-                )
-                .route(
-                    "/violations",
-                    get(|State(s): State<Shared>| async move { Json(s.violations()) }),
-                )
-                .route(
-                    "/drift",
-                    get(|State(s): State<Shared>| async move { Json(s.drift_events()) }),
-                ),
+                .route("/writes", get(|State(s): State<Shared>| async move { Json(s.writes()) }))
+                .route("/violations", get(|State(s): State<Shared>| async move { Json(s.violations()) }))
+                .route("/drift", get(|State(s): State<Shared>| async move { Json(s.drift_events()) })),
         );
     }
-    router
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "Not found") })
-        .with_state(state)
+    router.fallback(|| async { error(StatusCode::NOT_FOUND, "Not found") }).with_state(state)
 }
 
 async fn admin_requests(State(s): State<Shared>) -> Response {
@@ -70,11 +59,7 @@ async fn admin_requests(State(s): State<Shared>) -> Response {
 /// The route a path belongs to, with ids folded: `PATCH /affiliate_sales/{id}`.
 fn route_name(method: &Method, path: &str) -> String {
     let rel = path.strip_prefix(BASE_PATH).unwrap_or(path);
-    let rel = if rel.starts_with("/affiliate_sales/") {
-        "/affiliate_sales/{id}"
-    } else {
-        rel
-    };
+    let rel = if rel.starts_with("/affiliate_sales/") { "/affiliate_sales/{id}" } else { rel };
     format!("{method} {rel}")
 }
 
@@ -112,10 +97,7 @@ async fn gate(State(st): State<Shared>, mut req: Request, next: Next) -> Respons
     }
     if caller.read_only && req.method() != Method::GET {
         finish(StatusCode::FORBIDDEN, None);
-        return error(
-            StatusCode::FORBIDDEN,
-            "This API key is read-only and cannot modify data.",
-        );
+        return error(StatusCode::FORBIDDEN, "This API key is read-only and cannot modify data.");
     }
     if !st.latency.is_zero() {
         tokio::time::sleep(st.latency).await;
@@ -130,18 +112,14 @@ async fn gate(State(st): State<Shared>, mut req: Request, next: Next) -> Respons
             )
                 .into_response(),
         ),
-        Some(Fault::Unavailable) => Some(error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Service temporarily unavailable",
-        )),
+        Some(Fault::Unavailable) => Some(error(StatusCode::SERVICE_UNAVAILABLE, "Service temporarily unavailable")),
         Some(Fault::TooManyRequests) => {
             let mut r = (
                 StatusCode::TOO_MANY_REQUESTS,
                 Json(serde_json::json!({"error": "Too many requests, please slow down.", "retry_after": 1})),
             )
                 .into_response();
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             Some(r)
         }
         _ => None,
@@ -174,15 +152,10 @@ async fn cut_body(resp: Response, abort: bool) -> Response {
     let half = bytes.slice(..bytes.len() / 2);
     parts.headers.remove(header::CONTENT_LENGTH);
     if abort {
-        parts
-            .headers
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
         let stream = futures_util::stream::iter(vec![
             Ok::<Bytes, std::io::Error>(half),
-            Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "emulated connection drop",
-            )),
+            Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "emulated connection drop")),
         ]);
         return Response::from_parts(parts, Body::from_stream(stream));
     }
@@ -192,18 +165,11 @@ async fn cut_body(resp: Response, abort: bool) -> Response {
 
 fn rate_limited(refusal: RateRefusal) -> Response {
     let body = match refusal {
-        RateRefusal::Spacing {
-            retry_after,
-            seconds_text,
-        } => serde_json::json!({
+        RateRefusal::Spacing { retry_after, seconds_text } => serde_json::json!({
             "error": format!("Rate limit exceeded. Please wait {seconds_text} seconds between requests."),
             "retry_after": retry_after,
         }),
-        RateRefusal::Hourly {
-            cap,
-            retry_after,
-            reset_time,
-        } => serde_json::json!({
+        RateRefusal::Hourly { cap, retry_after, reset_time } => serde_json::json!({
             "error": format!("Hourly rate limit of {cap} requests exceeded."),
             "retry_after": retry_after,
             "reset_time": reset_time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -219,11 +185,7 @@ fn int_param(q: &HashMap<String, String>, name: &str) -> Result<Option<i64>, Str
     match q.get(name) {
         None => Ok(None),
         Some(v) if v.is_empty() => Ok(None),
-        Some(v) => v
-            .trim()
-            .parse::<i64>()
-            .map(Some)
-            .map_err(|_| format!("{name} must be an integer")),
+        Some(v) => v.trim().parse::<i64>().map(Some).map_err(|_| format!("{name} must be an integer")),
     }
 }
 
@@ -265,26 +227,19 @@ async fn list_applications(
     }
     let (data, row_count) = store.page(caller.org, &status, campaign_id, page, per_page);
     drop(store);
-    let meta = PageMeta {
-        row_count,
-        page_count: row_count.div_ceil(per_page),
-        current_page: page,
-        per_page: Some(per_page),
-    };
+    let meta =
+        PageMeta { row_count, page_count: row_count.div_ceil(per_page), current_page: page, per_page: Some(per_page) };
     Json(ApplicationsPage { data, meta }).into_response()
 }
 
 fn parse_date(v: Option<&String>, fmt: &str) -> Option<NaiveDate> {
     let v = v?.trim();
     // Strict width: `MM/DD/YYYY` and `YYYY-MM-DD` are both ten characters.
-    (v.len() == 10)
-        .then(|| NaiveDate::parse_from_str(v, fmt).ok())
-        .flatten()
+    (v.len() == 10).then(|| NaiveDate::parse_from_str(v, fmt).ok()).flatten()
 }
 
 fn midnight_ts(d: NaiveDate) -> i64 {
-    Utc.from_utc_datetime(&d.and_hms_opt(0, 0, 0).expect("midnight exists"))
-        .timestamp()
+    Utc.from_utc_datetime(&d.and_hms_opt(0, 0, 0).expect("midnight exists")).timestamp()
 }
 
 async fn content_24h(
@@ -294,10 +249,9 @@ async fn content_24h(
     Query(q): Params,
 ) -> Response {
     let bad_dates = || error(StatusCode::BAD_REQUEST, "Dates should be in MM/DD/YYYY format");
-    let (Some(start), Some(end)) = (
-        parse_date(q.get("start_date"), "%m/%d/%Y"),
-        parse_date(q.get("end_date"), "%m/%d/%Y"),
-    ) else {
+    let (Some(start), Some(end)) =
+        (parse_date(q.get("start_date"), "%m/%d/%Y"), parse_date(q.get("end_date"), "%m/%d/%Y"))
+    else {
         return bad_dates();
     };
     if end < start {
@@ -373,15 +327,12 @@ struct ValidUpdate {
 fn parse_when(v: &Value) -> Option<DateTime<Utc>> {
     match v {
         Value::Number(n) => n.as_i64().and_then(|s| Utc.timestamp_opt(s, 0).single()),
-        Value::String(s) => DateTime::parse_from_rfc3339(s)
-            .map(|t| t.with_timezone(&Utc))
-            .ok()
-            .or_else(|| {
-                NaiveDate::parse_from_str(s, "%Y-%m-%d")
-                    .ok()
-                    .and_then(|d| d.and_hms_opt(0, 0, 0))
-                    .map(|t| Utc.from_utc_datetime(&t))
-            }),
+        Value::String(s) => DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc)).ok().or_else(|| {
+            NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .map(|t| Utc.from_utc_datetime(&t))
+        }),
         _ => None,
     }
 }
@@ -455,11 +406,7 @@ async fn update_sale(
         error(status, msg)
     };
     let mut store = st.store();
-    let sale = id
-        .parse::<i64>()
-        .ok()
-        .and_then(|i| store.sales.get_mut(&i))
-        .filter(|s| s.org == caller.org);
+    let sale = id.parse::<i64>().ok().and_then(|i| store.sales.get_mut(&i)).filter(|s| s.org == caller.org);
     let Some(sale) = sale else {
         drop(store);
         return fail(StatusCode::NOT_FOUND, "Sale not found");
@@ -528,12 +475,7 @@ async fn update_sale(
 
 async fn mark_credit_payout(State(st): State<Shared>, Extension(caller): Extension<Caller>, body: Bytes) -> Response {
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let uuid = parsed
-        .get("creator_payout_uuid")
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .unwrap_or_default()
-        .to_owned();
+    let uuid = parsed.get("creator_payout_uuid").and_then(Value::as_str).map(str::trim).unwrap_or_default().to_owned();
     let record = |status: StatusCode, outcome: String| WriteRecord {
         at: Utc::now(),
         at_ms: st.elapsed_ms(),
@@ -550,17 +492,10 @@ async fn mark_credit_payout(State(st): State<Shared>, Extension(caller): Extensi
         error(status, msg)
     };
     if uuid.is_empty() {
-        return fail(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "creator_payout_uuid is required".into(),
-        );
+        return fail(StatusCode::UNPROCESSABLE_ENTITY, "creator_payout_uuid is required".into());
     }
     let mut store = st.store();
-    let Some(p) = store
-        .payouts
-        .iter_mut()
-        .find(|p| p.org == caller.org && p.uuid.eq_ignore_ascii_case(&uuid))
-    else {
+    let Some(p) = store.payouts.iter_mut().find(|p| p.org == caller.org && p.uuid.eq_ignore_ascii_case(&uuid)) else {
         drop(store);
         return fail(StatusCode::NOT_FOUND, "Creator payout not found".into());
     };
@@ -612,20 +547,16 @@ async fn list_creator_payouts(
     Extension(caller): Extension<Caller>,
     Query(q): Params,
 ) -> Response {
-    let (Some(start), Some(end)) = (
-        parse_date(q.get("start_date"), "%Y-%m-%d"),
-        parse_date(q.get("end_date"), "%Y-%m-%d"),
-    ) else {
+    let (Some(start), Some(end)) =
+        (parse_date(q.get("start_date"), "%Y-%m-%d"), parse_date(q.get("end_date"), "%Y-%m-%d"))
+    else {
         return error(StatusCode::BAD_REQUEST, "Dates should be in YYYY-MM-DD format");
     };
     let ints = (|| {
         Ok::<_, String>((
             int_param(&q, "page")?.unwrap_or(1).max(1) as u64,
             // `limit` is an alias of `per_page`; at most 40.
-            int_param(&q, "per_page")?
-                .or(int_param(&q, "limit")?)
-                .unwrap_or(4)
-                .clamp(1, 40) as u64,
+            int_param(&q, "per_page")?.or(int_param(&q, "limit")?).unwrap_or(4).clamp(1, 40) as u64,
             int_param(&q, "campaign_id")?,
             int_param(&q, "creator_id")?,
         ))
@@ -649,20 +580,12 @@ async fn list_creator_payouts(
         .collect();
     rows.sort_by(|a, b| b.deal_date.cmp(&a.deal_date).then(b.id.cmp(&a.id)));
     let row_count = rows.len() as u64;
-    let data = rows
-        .iter()
-        .skip(((page - 1) * per_page) as usize)
-        .take(per_page as usize)
-        .map(|p| p.to_model())
-        .collect();
+    let data =
+        rows.iter().skip(((page - 1) * per_page) as usize).take(per_page as usize).map(|p| p.to_model()).collect();
     Json(PayoutsPage {
         success: true,
         data,
-        meta: PayoutsMeta {
-            current_page: page,
-            row_count,
-            page_count: row_count.div_ceil(per_page),
-        },
+        meta: PayoutsMeta { current_page: page, row_count, page_count: row_count.div_ceil(per_page) },
     })
     .into_response()
 }

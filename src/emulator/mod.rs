@@ -58,16 +58,8 @@ impl EmulatorConfig {
                 content_years: 6,
             },
             keys: Keys::default(),
-            rate: RatePolicy {
-                min_interval: Duration::ZERO,
-                hourly_cap: None,
-                cap_window: Duration::from_secs(3600),
-            },
-            faults: FaultConfig {
-                rate: 0.0,
-                slow: Duration::from_millis(1500),
-                kinds: vec![],
-            },
+            rate: RatePolicy { min_interval: Duration::ZERO, hourly_cap: None, cap_window: Duration::from_secs(3600) },
+            faults: FaultConfig { rate: 0.0, slow: Duration::from_millis(1500), kinds: vec![] },
             latency: Duration::ZERO,
             drift: false,
             admin: false,

@@ -130,14 +130,8 @@ pub struct Violation {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum DriftEvent {
-    Inserted {
-        id: i64,
-    },
-    Moved {
-        id: i64,
-        from: ApplicationStatus,
-        to: ApplicationStatus,
-    },
+    Inserted { id: i64 },
+    Moved { id: i64, from: ApplicationStatus, to: ApplicationStatus },
 }
 
 #[derive(Debug, Default)]
@@ -151,15 +145,8 @@ struct KeyRate {
 /// A rate-limit refusal, ready to be answered with 429.
 #[derive(Clone, Debug)]
 pub enum RateRefusal {
-    Spacing {
-        retry_after: u64,
-        seconds_text: String,
-    },
-    Hourly {
-        cap: u32,
-        retry_after: u64,
-        reset_time: DateTime<Utc>,
-    },
+    Spacing { retry_after: u64, seconds_text: String },
+    Hourly { cap: u32, retry_after: u64, reset_time: DateTime<Utc> },
 }
 
 /// Applications with per-status indexes kept in the list's order (newest first).
@@ -199,10 +186,7 @@ impl Store {
         // The dataset is in ascending order, so walking it backwards gives newest first.
         for i in (0..s.apps.len()).rev() {
             let (org, app) = &s.apps[i];
-            s.by_status
-                .entry((*org, app.status.clone()))
-                .or_default()
-                .push(i as u32);
+            s.by_status.entry((*org, app.status.clone())).or_default().push(i as u32);
         }
         s
     }
@@ -230,24 +214,13 @@ impl Store {
         let skip = ((page - 1) * per_page) as usize;
         match campaign_id {
             None => {
-                let rows = list
-                    .iter()
-                    .skip(skip)
-                    .take(per_page as usize)
-                    .map(|&i| self.apps[i as usize].1.clone());
+                let rows = list.iter().skip(skip).take(per_page as usize).map(|&i| self.apps[i as usize].1.clone());
                 (rows.collect(), list.len() as u64)
             }
             Some(c) => {
-                let matching: Vec<u32> = list
-                    .iter()
-                    .copied()
-                    .filter(|&i| self.apps[i as usize].1.campaign_id == c)
-                    .collect();
-                let rows = matching
-                    .iter()
-                    .skip(skip)
-                    .take(per_page as usize)
-                    .map(|&i| self.apps[i as usize].1.clone());
+                let matching: Vec<u32> =
+                    list.iter().copied().filter(|&i| self.apps[i as usize].1.campaign_id == c).collect();
+                let rows = matching.iter().skip(skip).take(per_page as usize).map(|&i| self.apps[i as usize].1.clone());
                 (rows.collect(), matching.len() as u64)
             }
         }
@@ -255,12 +228,7 @@ impl Store {
 
     /// An organization's applications, newest first: the truth tests compare a crawl with.
     pub fn applications(&self, org: u32) -> Vec<Application> {
-        let mut v: Vec<Application> = self
-            .apps
-            .iter()
-            .filter(|(o, _)| *o == org)
-            .map(|(_, a)| a.clone())
-            .collect();
+        let mut v: Vec<Application> = self.apps.iter().filter(|(o, _)| *o == org).map(|(_, a)| a.clone()).collect();
         v.sort_by_key(|a| std::cmp::Reverse(order_key(a)));
         v
     }
@@ -304,11 +272,7 @@ impl Store {
             .clone();
             let app = &mut self.apps[i as usize].1;
             app.status = to.clone();
-            events.push(DriftEvent::Moved {
-                id: app.id,
-                from: ApplicationStatus::Pending,
-                to,
-            });
+            events.push(DriftEvent::Moved { id: app.id, from: ApplicationStatus::Pending, to });
             self.index_insert(i);
         }
         events
@@ -382,23 +346,11 @@ impl EmulatorState {
     pub(crate) fn caller(&self, bearer: Option<&str>) -> Option<Caller> {
         let key = bearer?;
         if key == self.keys.full {
-            Some(Caller {
-                org: MAIN_ORG,
-                read_only: false,
-                role: "full",
-            })
+            Some(Caller { org: MAIN_ORG, read_only: false, role: "full" })
         } else if key == self.keys.read_only {
-            Some(Caller {
-                org: MAIN_ORG,
-                read_only: true,
-                role: "read_only",
-            })
+            Some(Caller { org: MAIN_ORG, read_only: true, role: "read_only" })
         } else if key == self.keys.other_org {
-            Some(Caller {
-                org: data::OTHER_ORG,
-                read_only: false,
-                role: "other_org",
-            })
+            Some(Caller { org: data::OTHER_ORG, read_only: false, role: "other_org" })
         } else {
             None
         }
@@ -489,11 +441,7 @@ impl EmulatorState {
         let kinds: Vec<Fault> = if self.faults.kinds.is_empty() {
             kinds.to_vec()
         } else {
-            kinds
-                .iter()
-                .copied()
-                .filter(|k| self.faults.kinds.contains(k))
-                .collect()
+            kinds.iter().copied().filter(|k| self.faults.kinds.contains(k)).collect()
         };
         if kinds.is_empty() {
             return None;

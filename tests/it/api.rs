@@ -15,20 +15,11 @@ use crate::util::*;
 async fn crawl(c: &creator_etl::api::Client) -> Vec<Application> {
     let mut all = vec![];
     for status in ApplicationStatus::KNOWN {
-        let first = c
-            .list_applications(&ApplicationsQuery::page(status.clone(), 1))
-            .await
-            .unwrap();
+        let first = c.list_applications(&ApplicationsQuery::page(status.clone(), 1)).await.unwrap();
         let pages = first.value.meta.page_count;
         all.extend(first.value.data);
         for page in 2..=pages {
-            all.extend(
-                c.list_applications(&ApplicationsQuery::page(status.clone(), page))
-                    .await
-                    .unwrap()
-                    .value
-                    .data,
-            );
+            all.extend(c.list_applications(&ApplicationsQuery::page(status.clone(), page)).await.unwrap().value.data);
         }
     }
     all
@@ -38,18 +29,12 @@ async fn crawl(c: &creator_etl::api::Client) -> Vec<Application> {
 async fn applications_page_newest_first_and_match_the_truth() {
     let emu = emulator(EmulatorConfig::for_tests(450)).await;
     let c = client(&emu.base_url, FULL_KEY, fast());
-    let page = c
-        .list_applications(&ApplicationsQuery::page(ApplicationStatus::Accepted, 1))
-        .await
-        .unwrap();
+    let page = c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Accepted, 1)).await.unwrap();
     let meta = &page.value.meta;
     assert_eq!(meta.current_page, 1);
     assert_eq!(meta.per_page, Some(100));
     assert_eq!(meta.page_count, meta.row_count.div_ceil(100));
-    assert!(
-        page.value.data.windows(2).all(|w| w[0].applied_at >= w[1].applied_at),
-        "newest first"
-    );
+    assert!(page.value.data.windows(2).all(|w| w[0].applied_at >= w[1].applied_at), "newest first");
     assert!(page.value.data.iter().all(|a| a.status == ApplicationStatus::Accepted));
     assert!(!page.raw.is_empty() && page.status == 200 && page.path == "campaign_applications");
 
@@ -58,26 +43,15 @@ async fn applications_page_newest_first_and_match_the_truth() {
     got.sort_by_key(|a| a.id);
     truth.sort_by_key(|a| a.id);
     assert_eq!(got.len(), 450);
-    assert_eq!(
-        got, truth,
-        "a crawl of every status is the main organization's data, field for field"
-    );
+    assert_eq!(got, truth, "a crawl of every status is the main organization's data, field for field");
 
     // Marketplace applicants: first name only, no email, accounts still listed.
-    let market: Vec<_> = got
-        .iter()
-        .filter(|a| a.signup_source == SignupSource::Marketplace)
-        .collect();
-    assert!(market
-        .iter()
-        .all(|a| a.email.is_none() && !a.creator_name.contains(' ')));
+    let market: Vec<_> = got.iter().filter(|a| a.signup_source == SignupSource::Marketplace).collect();
+    assert!(market.iter().all(|a| a.email.is_none() && !a.creator_name.contains(' ')));
     assert!(market.iter().any(|a| !a.connected_accounts.is_empty()));
 
     // campaign_id restricts.
-    let q = ApplicationsQuery {
-        campaign_id: Some(12),
-        ..ApplicationsQuery::page(ApplicationStatus::Accepted, 1)
-    };
+    let q = ApplicationsQuery { campaign_id: Some(12), ..ApplicationsQuery::page(ApplicationStatus::Accepted, 1) };
     let by_campaign = c.list_applications(&q).await.unwrap().value;
     assert!(by_campaign.data.iter().all(|a| a.campaign_id == 12));
     assert!(by_campaign.meta.row_count < meta.row_count);
@@ -86,11 +60,7 @@ async fn applications_page_newest_first_and_match_the_truth() {
 #[tokio::test]
 async fn organizations_never_see_each_other() {
     let emu = emulator(EmulatorConfig::for_tests(300)).await;
-    let main: HashSet<i64> = crawl(&client(&emu.base_url, FULL_KEY, fast()))
-        .await
-        .iter()
-        .map(|a| a.id)
-        .collect();
+    let main: HashSet<i64> = crawl(&client(&emu.base_url, FULL_KEY, fast())).await.iter().map(|a| a.id).collect();
     let other = crawl(&client(&emu.base_url, OTHER_ORG_KEY, fast())).await;
     let truth_other: HashSet<i64> = emu.state.applications(OTHER_ORG).iter().map(|a| a.id).collect();
     assert!(!other.is_empty());
@@ -106,16 +76,10 @@ async fn organizations_never_see_each_other() {
 async fn list_errors_are_typed_and_name_the_fix() {
     let emu = emulator(EmulatorConfig::for_tests(50)).await;
     let bad = client(&emu.base_url, "not-a-key", fast());
-    let err = bad
-        .list_applications(&ApplicationsQuery::page(ApplicationStatus::Pending, 1))
-        .await
-        .unwrap_err();
+    let err = bad.list_applications(&ApplicationsQuery::page(ApplicationStatus::Pending, 1)).await.unwrap_err();
     assert!(matches!(err, ApiError::Unauthorized { .. }), "{err:?}");
     let text = err.to_string();
-    assert!(
-        text.contains("401 Not Authenticated") && text.contains("CREATOR_API_KEY"),
-        "{text}"
-    );
+    assert!(text.contains("401 Not Authenticated") && text.contains("CREATOR_API_KEY"), "{text}");
     assert!(!text.contains("not-a-key"), "the key never appears in an error: {text}");
 
     let c = client(&emu.base_url, FULL_KEY, fast());
@@ -157,52 +121,30 @@ async fn content_returns_every_day_with_week_earlier_comparison() {
     assert!(likes.iter().all(|p| p.name == "Likes"));
 
     // A client that forgets `limit` gets the documented default: 4 days.
-    let url = format!(
-        "{}/stats/content_24h_data?start_date=01/01/2024&end_date=01/31/2024",
-        emu.base_url
-    );
+    let url = format!("{}/stats/content_24h_data?start_date=01/01/2024&end_date=01/31/2024", emu.base_url);
     let (status, body) = raw("GET", &url, Some(FULL_KEY), None).await;
     assert_eq!(status, 200);
-    assert_eq!(
-        body["data"]["content_24h_data"]["views_24h"].as_array().unwrap().len(),
-        4
-    );
+    assert_eq!(body["data"]["content_24h_data"]["views_24h"].as_array().unwrap().len(), 4);
 
     // Malformed dates: 400 with the documented message, not retried.
-    let url = format!(
-        "{}/stats/content_24h_data?start_date=2024-01-01&end_date=01/31/2024",
-        emu.base_url
-    );
+    let url = format!("{}/stats/content_24h_data?start_date=2024-01-01&end_date=01/31/2024", emu.base_url);
     let (status, body) = raw("GET", &url, Some(FULL_KEY), None).await;
-    assert_eq!(
-        (status, body["error"].as_str().unwrap()),
-        (400, "Dates should be in MM/DD/YYYY format")
-    );
+    assert_eq!((status, body["error"].as_str().unwrap()), (400, "Dates should be in MM/DD/YYYY format"));
 }
 
 fn first_sale(emu: &creator_etl::emulator::Emulator, pred: impl Fn(&creator_etl::emulator::StoredSale) -> bool) -> i64 {
-    emu.state
-        .sales()
-        .into_iter()
-        .find(|s| pred(s))
-        .expect("the emulator has such a sale")
-        .id
+    emu.state.sales().into_iter().find(|s| pred(s)).expect("the emulator has such a sale").id
 }
 
 #[tokio::test]
 async fn sale_updates_follow_the_vendor_rules() {
     let emu = emulator(EmulatorConfig::for_tests(10)).await;
     let c = client(&emu.base_url, FULL_KEY, fast());
-    let id = first_sale(&emu, |s| {
-        s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled
-    });
+    let id = first_sale(&emu, |s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled);
     let pct = emu.state.sales().iter().find(|s| s.id == id).unwrap().commission_pct;
 
     // `total` alone: the service recalculates the commission.
-    let u = SaleUpdate {
-        total: Some(12_345),
-        ..Default::default()
-    };
+    let u = SaleUpdate { total: Some(12_345), ..Default::default() };
     let sale = c.update_sale(id, &u).await.unwrap().value.data;
     assert_eq!(sale.total, Some(12_345));
     assert_eq!(sale.commission, Some((12_345 * pct + 50) / 100));
@@ -218,57 +160,37 @@ async fn sale_updates_follow_the_vendor_rules() {
         ..Default::default()
     };
     let sale = c.update_sale(id, &u).await.unwrap().value.data;
-    assert_eq!(
-        (sale.total, sale.commission, sale.currency),
-        (Some(20_000), Some(777), Some(Currency::Gbp))
-    );
+    assert_eq!((sale.total, sale.commission, sale.currency), (Some(20_000), Some(777), Some(Currency::Gbp)));
     assert_eq!(sale.status, SaleStatus::Paid);
     let stored = emu.state.sales().into_iter().find(|s| s.id == id).unwrap();
     assert_eq!(stored.customer_email, None);
     assert!(stored.customer_name.is_some());
 
     // Every successful update is in the write log with its body.
-    let log: Vec<_> = emu
-        .state
-        .writes()
-        .into_iter()
-        .filter(|w| w.outcome == "updated")
-        .collect();
+    let log: Vec<_> = emu.state.writes().into_iter().filter(|w| w.outcome == "updated").collect();
     assert_eq!(log.len(), 2);
     assert_eq!(log[1].body["customer_email"], serde_json::Value::Null);
     assert!(log[0].body.get("commission").is_none(), "only the fields set are sent");
 
     let cancelled = first_sale(&emu, |s| s.org == MAIN_ORG && s.status == SaleStatus::Cancelled);
     let err = c.update_sale(cancelled, &u).await.unwrap_err();
-    assert_eq!(
-        err.server_message(),
-        Some("Cancelled sales cannot be updated."),
-        "{err}"
-    );
+    assert_eq!(err.server_message(), Some("Cancelled sales cannot be updated."), "{err}");
     assert_eq!(err.status(), Some(422));
 
     let storefront = first_sale(&emu, |s| s.org == MAIN_ORG && !s.updatable());
     let err = c.update_sale(storefront, &u).await.unwrap_err();
-    assert_eq!(
-        err.server_message(),
-        Some("Only sales created via the public API (website platform) can be updated.")
-    );
+    assert_eq!(err.server_message(), Some("Only sales created via the public API (website platform) can be updated."));
 
     let foreign = first_sale(&emu, |s| s.org == OTHER_ORG);
     for target in [foreign, 999_999] {
         let err = c.update_sale(target, &u).await.unwrap_err();
-        assert!(
-            matches!(&err, ApiError::NotFound { message, .. } if message == "Sale not found"),
-            "{err:?}"
-        );
+        assert!(matches!(&err, ApiError::NotFound { message, .. } if message == "Sale not found"), "{err:?}");
     }
 
     let ro = client(&emu.base_url, READ_ONLY_KEY, fast());
     let err = ro.update_sale(id, &u).await.unwrap_err();
     assert!(matches!(err, ApiError::Forbidden { .. }), "{err:?}");
-    assert!(err
-        .to_string()
-        .contains("This API key is read-only and cannot modify data."));
+    assert!(err.to_string().contains("This API key is read-only and cannot modify data."));
     assert!(err.is_auth());
 
     // Invalid values: a 4xx with `error`, nothing changed.
@@ -286,14 +208,7 @@ async fn payout_marks_follow_the_five_rules() {
     let emu = emulator(EmulatorConfig::for_tests(10)).await;
     let c = client(&emu.base_url, FULL_KEY, fast());
     let payouts = emu.state.payouts();
-    let of = |kind: PayoutKind, org: u32| {
-        payouts
-            .iter()
-            .find(|p| p.kind == kind && p.org == org)
-            .unwrap()
-            .uuid
-            .clone()
-    };
+    let of = |kind: PayoutKind, org: u32| payouts.iter().find(|p| p.kind == kind && p.org == org).unwrap().uuid.clone();
 
     let due = of(PayoutKind::DueCredit, MAIN_ORG);
     match c.mark_credit_payout(&due).await.unwrap() {
@@ -313,53 +228,27 @@ async fn payout_marks_follow_the_five_rules() {
         other => panic!("expected AlreadyPaid, got {other:?}"),
     }
     let pending = of(PayoutKind::PendingRequirementsCredit, MAIN_ORG);
-    assert!(matches!(
-        c.mark_credit_payout(&pending).await.unwrap(),
-        MarkOutcome::Marked(_)
-    ));
+    assert!(matches!(c.mark_credit_payout(&pending).await.unwrap(), MarkOutcome::Marked(_)));
 
-    let zero = c
-        .mark_credit_payout(&of(PayoutKind::ZeroCredit, MAIN_ORG))
-        .await
-        .unwrap_err();
-    assert_eq!(
-        zero.server_message(),
-        Some("Only credit payouts can be marked paid via this endpoint")
-    );
-    let mixed = c
-        .mark_credit_payout(&of(PayoutKind::Mixed, MAIN_ORG))
-        .await
-        .unwrap_err();
+    let zero = c.mark_credit_payout(&of(PayoutKind::ZeroCredit, MAIN_ORG)).await.unwrap_err();
+    assert_eq!(zero.server_message(), Some("Only credit payouts can be marked paid via this endpoint"));
+    let mixed = c.mark_credit_payout(&of(PayoutKind::Mixed, MAIN_ORG)).await.unwrap_err();
     assert!(mixed.server_message().unwrap().contains("cash and credits"), "{mixed}");
-    for uuid in [
-        of(PayoutKind::DueCredit, OTHER_ORG),
-        "00000000-0000-4000-8000-000000000000".into(),
-    ] {
+    for uuid in [of(PayoutKind::DueCredit, OTHER_ORG), "00000000-0000-4000-8000-000000000000".into()] {
         let err = c.mark_credit_payout(&uuid).await.unwrap_err();
         assert!(matches!(&err, ApiError::NotFound { message, .. } if message == "Creator payout not found"));
     }
     let ro = client(&emu.base_url, READ_ONLY_KEY, fast());
-    assert!(matches!(
-        ro.mark_credit_payout(&pending).await.unwrap_err(),
-        ApiError::Forbidden { .. }
-    ));
+    assert!(matches!(ro.mark_credit_payout(&pending).await.unwrap_err(), ApiError::Forbidden { .. }));
 
     let url = format!("{}/stats/mark_credit_payout", emu.base_url);
     // A raw request bypasses the client's pacing, so keep the 2 s mark rule by hand.
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let (status, body) = raw("POST", &url, Some(FULL_KEY), Some("{}")).await;
-    assert_eq!(
-        (status, body["error"].as_str().unwrap()),
-        (422, "creator_payout_uuid is required")
-    );
+    assert_eq!((status, body["error"].as_str().unwrap()), (422, "creator_payout_uuid is required"));
 
     // The write log holds every attempt with its outcome.
-    let marks: Vec<_> = emu
-        .state
-        .writes()
-        .into_iter()
-        .filter(|w| w.operation == "mark_credit_payout")
-        .collect();
+    let marks: Vec<_> = emu.state.writes().into_iter().filter(|w| w.operation == "mark_credit_payout").collect();
     assert_eq!(marks.iter().filter(|w| w.outcome == "marked").count(), 2);
 }
 
@@ -379,11 +268,7 @@ async fn payouts_list_filters_and_pages() {
         per_page: 500,
     };
     let page = c.list_creator_payouts(&q).await.unwrap();
-    assert_eq!(
-        page.query.iter().find(|(k, _)| k == "per_page").unwrap().1,
-        "40",
-        "per_page is capped at 40"
-    );
+    assert_eq!(page.query.iter().find(|(k, _)| k == "per_page").unwrap().1, "40", "per_page is capped at 40");
     let truth = emu
         .state
         .payouts()
@@ -391,33 +276,16 @@ async fn payouts_list_filters_and_pages() {
         .filter(|p| p.org == MAIN_ORG && p.status == "due" && p.total_credit_amount > 0.0)
         .count();
     assert_eq!(page.value.meta.row_count as usize, truth);
-    assert!(page
-        .value
-        .data
-        .iter()
-        .all(|p| p.status == "Due" && p.total_credit_amount.unwrap() > 0.0));
-    assert!(page
-        .value
-        .data
-        .iter()
-        .all(|p| p.since_date.as_deref().unwrap().contains('/')));
+    assert!(page.value.data.iter().all(|p| p.status == "Due" && p.total_credit_amount.unwrap() > 0.0));
+    assert!(page.value.data.iter().all(|p| p.since_date.as_deref().unwrap().contains('/')));
 
-    let default = format!(
-        "{}/stats/creator_payouts?start_date={}&end_date={}",
-        emu.base_url, q.start_date, q.end_date
-    );
+    let default = format!("{}/stats/creator_payouts?start_date={}&end_date={}", emu.base_url, q.start_date, q.end_date);
     let (status, body) = raw("GET", &default, Some(FULL_KEY), None).await;
     assert_eq!(status, 200);
     assert_eq!(body["data"].as_array().unwrap().len(), 4, "default page size is 4");
-    let bad = format!(
-        "{}/stats/creator_payouts?start_date=01/01/2026&end_date=2026-02-01",
-        emu.base_url
-    );
+    let bad = format!("{}/stats/creator_payouts?start_date=01/01/2026&end_date=2026-02-01", emu.base_url);
     let (status, body) = raw("GET", &bad, Some(FULL_KEY), None).await;
-    assert_eq!(
-        (status, body["error"].as_str().unwrap()),
-        (400, "Dates should be in YYYY-MM-DD format")
-    );
+    assert_eq!((status, body["error"].as_str().unwrap()), (400, "Dates should be in YYYY-MM-DD format"));
 }
 
 /// Each fault kind alone, on every request: retried up to the limit, then a clear typed error.
@@ -446,27 +314,14 @@ async fn every_injected_fault_is_retried_then_surfaces_clearly() {
         ccfg.retry.base_backoff = Duration::from_millis(10);
         ccfg.request_timeout = Duration::from_millis(500);
         let c = creator_etl::api::Client::new(ccfg).unwrap();
-        let err = c
-            .list_applications(&ApplicationsQuery::page(ApplicationStatus::Accepted, 1))
-            .await
-            .unwrap_err();
+        let err = c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Accepted, 1)).await.unwrap_err();
         let text = err.to_string();
-        assert!(
-            text.contains(expect) && text.contains("3 attempts"),
-            "{fault:?}: {text}"
-        );
+        assert!(text.contains(expect) && text.contains("3 attempts"), "{fault:?}: {text}");
         assert!(err.is_transient(), "{fault:?}");
-        assert_eq!(
-            emu.state.requests_to("GET /campaign_applications"),
-            3,
-            "{fault:?} was tried 3 times"
-        );
+        assert_eq!(emu.state.requests_to("GET /campaign_applications"), 3, "{fault:?} was tried 3 times");
         assert_eq!(c.metrics().retries, 2);
         if fault == Fault::ServerErrorHtml {
-            assert!(
-                text.contains("something went wrong"),
-                "the HTML page's text is shown: {text}"
-            );
+            assert!(text.contains("something went wrong"), "the HTML page's text is shown: {text}");
         }
     }
 }
@@ -513,11 +368,7 @@ async fn unknown_enum_values_and_fields_are_tolerated() {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     let c = client(&format!("http://{addr}/v1"), "any", fast());
-    let got = c
-        .list_applications(&ApplicationsQuery::page(ApplicationStatus::Pending, 1))
-        .await
-        .unwrap()
-        .value;
+    let got = c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Pending, 1)).await.unwrap().value;
     let a = &got.data[0];
     assert_eq!(a.status, ApplicationStatus::Other("on_hold".into()));
     assert_eq!(a.signup_source, SignupSource::Other("partner_portal".into()));
@@ -550,10 +401,7 @@ async fn drift_inserts_and_moves_applications_while_paging() {
             _ => None,
         })
         .collect();
-    assert!(
-        !inserted.is_empty() && events.len() > inserted.len(),
-        "both kinds happened: {events:?}"
-    );
+    assert!(!inserted.is_empty() && events.len() > inserted.len(), "both kinds happened: {events:?}");
     assert_eq!(truth.len(), before + inserted.len());
     for e in &events {
         if let creator_etl::emulator::DriftEvent::Moved { id, to, .. } = e {
@@ -561,11 +409,7 @@ async fn drift_inserts_and_moves_applications_while_paging() {
         }
     }
     // New applications are the newest: they lead the pending list.
-    let first = c
-        .list_applications(&ApplicationsQuery::page(ApplicationStatus::Pending, 1))
-        .await
-        .unwrap()
-        .value;
+    let first = c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Pending, 1)).await.unwrap().value;
     assert!(first.data.windows(2).all(|w| w[0].applied_at >= w[1].applied_at));
     assert!(first.data.iter().any(|a| inserted.contains(&a.id)));
 }

@@ -37,51 +37,23 @@ fn the_key_never_appears_in_logs_errors_or_reports() {
     let key_path = key_file.to_str().unwrap();
     type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, i32);
     let cases: Vec<Case> = vec![
-        (
-            vec!["check", "--base-url", &emu.base_url],
-            vec![("CREATOR_API_KEY", GOOD)],
-            0,
-        ),
-        (
-            vec!["check", "--base-url", &emu.base_url, "--api-key-file", key_path],
-            vec![],
-            0,
-        ),
-        (
-            vec!["check", "--base-url", &emu.base_url, "--log-format", "json"],
-            vec![("CREATOR_API_KEY", GOOD)],
-            0,
-        ),
-        (
-            vec!["check", "--base-url", &emu.base_url],
-            vec![("CREATOR_API_KEY", BAD)],
-            4,
-        ),
+        (vec!["check", "--base-url", &emu.base_url], vec![("CREATOR_API_KEY", GOOD)], 0),
+        (vec!["check", "--base-url", &emu.base_url, "--api-key-file", key_path], vec![], 0),
+        (vec!["check", "--base-url", &emu.base_url, "--log-format", "json"], vec![("CREATOR_API_KEY", GOOD)], 0),
+        (vec!["check", "--base-url", &emu.base_url], vec![("CREATOR_API_KEY", BAD)], 4),
     ];
     for (args, mut envs, code) in cases {
         envs.push(("RUST_LOG", "trace"));
         let out = run_bin(dir.path(), &args, &envs);
         assert_exit(&args, &out, code);
-        let all = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(
             all.contains("TRACE") || all.contains("\"level\":\"TRACE\""),
             "trace logging was on:\n{}",
             show(&args, &out)
         );
-        assert!(
-            !all.contains(GOOD) && !all.contains(BAD),
-            "key leaked:\n{}",
-            show(&args, &out)
-        );
-        assert!(
-            !all.contains("sekrit"),
-            "no part of the key leaked:\n{}",
-            show(&args, &out)
-        );
+        assert!(!all.contains(GOOD) && !all.contains(BAD), "key leaked:\n{}", show(&args, &out));
+        assert!(!all.contains("sekrit"), "no part of the key leaked:\n{}", show(&args, &out));
         if code == 4 {
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(
@@ -113,15 +85,8 @@ fn read_only_keys_are_accepted_for_reads() {
 fn configuration_errors_exit_2_and_list_every_problem() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-such-key-file");
-    let args = [
-        "check",
-        "--base-url",
-        "ftp:/nowhere",
-        "--api-key-file",
-        missing.to_str().unwrap(),
-        "--max-attempts",
-        "0",
-    ];
+    let args =
+        ["check", "--base-url", "ftp:/nowhere", "--api-key-file", missing.to_str().unwrap(), "--max-attempts", "0"];
     let out = run_bin(dir.path(), &args, &[]);
     assert_exit(&args, &out, 2);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -152,18 +117,9 @@ fn configuration_errors_exit_2_and_list_every_problem() {
 fn an_unreachable_service_fails_with_exit_1_after_retries() {
     let dir = tempfile::tempdir().unwrap();
     // Port 9 (discard) is closed on loopback: connections are refused at once.
-    let args = [
-        "check",
-        "--base-url",
-        "http://127.0.0.1:9/api/public/v1",
-        "--max-attempts",
-        "2",
-    ];
+    let args = ["check", "--base-url", "http://127.0.0.1:9/api/public/v1", "--max-attempts", "2"];
     let out = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
     assert_exit(&args, &out, 1);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("failed after 2 attempts") && stderr.contains("127.0.0.1:9"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("failed after 2 attempts") && stderr.contains("127.0.0.1:9"), "{stderr}");
 }

@@ -16,29 +16,17 @@ fn spawn_emulator(min_interval_ms: &str, extra: &[&str]) -> (std::process::Child
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let base = line.trim().to_owned();
-    assert!(
-        base.starts_with("http://127.0.0.1:") && base.ends_with("/api/public/v1"),
-        "{base}"
-    );
+    assert!(base.starts_with("http://127.0.0.1:") && base.ends_with("/api/public/v1"), "{base}");
     (child, base)
 }
 
 fn curl(args: &[&str]) -> (u16, serde_json::Value) {
-    let out = Command::new("curl")
-        .args(["-s", "-w", "\n%{http_code}"])
-        .args(args)
-        .output()
-        .expect("curl is installed");
+    let out = Command::new("curl").args(["-s", "-w", "\n%{http_code}"]).args(args).output().expect("curl is installed");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, code) = text.rsplit_once('\n').unwrap();
-    (
-        code.parse().unwrap(),
-        serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.into())),
-    )
+    (code.parse().unwrap(), serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.into())))
 }
 
 #[test]
@@ -51,14 +39,7 @@ fn curl_sees_what_the_spec_describes() {
 
     let (code, body) = curl(&["-H", &auth, &format!("{base}/campaign_applications")]);
     assert_eq!(code, 200);
-    assert!(
-        body["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|a| a["status"] == "pending"),
-        "pending is the default"
-    );
+    assert!(body["data"].as_array().unwrap().iter().all(|a| a["status"] == "pending"), "pending is the default");
     assert_eq!(body["meta"]["per_page"], 25);
     for field in ["row_count", "page_count", "current_page"] {
         assert!(body["meta"][field].is_u64(), "{field}");
@@ -84,10 +65,7 @@ fn curl_sees_what_the_spec_describes() {
         r#"{"total":1}"#,
         &format!("{base}/affiliate_sales/7001"),
     ]);
-    assert_eq!(
-        (code, body["error"].as_str()),
-        (403, Some("This API key is read-only and cannot modify data."))
-    );
+    assert_eq!((code, body["error"].as_str()), (403, Some("This API key is read-only and cannot modify data.")));
 
     let (code, body) = curl(&[
         "-H",
@@ -96,10 +74,7 @@ fn curl_sees_what_the_spec_describes() {
     ]);
     assert_eq!(code, 200);
     assert_eq!(body["success"], true);
-    assert_eq!(
-        body["data"]["content_24h_data"]["likes_24h"].as_array().unwrap().len(),
-        10
-    );
+    assert_eq!(body["data"]["content_24h_data"]["likes_24h"].as_array().unwrap().len(), 10);
 
     let (code, body) = curl(&[&format!("{}/__admin/requests", base.trim_end_matches("/api/public/v1"))]);
     assert_eq!(code, 200);
@@ -118,10 +93,7 @@ fn the_emulator_enforces_the_documented_spacing_with_the_documented_body() {
     let (first, _) = curl(&["-H", &auth, &url]);
     let (second, body) = curl(&["-H", &auth, &url]);
     assert_eq!((first, second), (200, 429));
-    assert_eq!(
-        body["error"],
-        "Rate limit exceeded. Please wait 2 seconds between requests."
-    );
+    assert_eq!(body["error"], "Rate limit exceeded. Please wait 2 seconds between requests.");
     assert_eq!(body["retry_after"], 2);
     // Admin routes are off unless asked for.
     let (code, _) = curl(&[&format!("{}/__admin/requests", base.trim_end_matches("/api/public/v1"))]);

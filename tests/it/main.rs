@@ -3,6 +3,7 @@
 mod api;
 mod cli;
 mod emulator_http;
+mod extract;
 mod pacing;
 mod readme;
 mod util;

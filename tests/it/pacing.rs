@@ -37,19 +37,10 @@ async fn crawl_under_the_two_second_policy_has_no_429() {
     let c = client(&emu.base_url, FULL_KEY, policy(2000, None, 3_600_000));
     let mut rows = 0;
     for status in ApplicationStatus::KNOWN {
-        let first = c
-            .list_applications(&ApplicationsQuery::page(status.clone(), 1))
-            .await
-            .unwrap();
+        let first = c.list_applications(&ApplicationsQuery::page(status.clone(), 1)).await.unwrap();
         rows += first.value.data.len();
         for page in 2..=first.value.meta.page_count {
-            rows += c
-                .list_applications(&ApplicationsQuery::page(status.clone(), page))
-                .await
-                .unwrap()
-                .value
-                .data
-                .len();
+            rows += c.list_applications(&ApplicationsQuery::page(status.clone(), page)).await.unwrap().value.data.len();
         }
     }
     assert_eq!(rows, emu.state.applications(MAIN_ORG).len());
@@ -69,9 +60,7 @@ async fn concurrent_clients_of_one_key_share_the_spacing() {
     for c in [a.clone(), a, b.clone(), b] {
         tasks.push(tokio::spawn(async move {
             for _ in 0..3 {
-                c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Accepted, 1))
-                    .await
-                    .unwrap();
+                c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Accepted, 1)).await.unwrap();
             }
         }));
     }
@@ -96,10 +85,7 @@ async fn payout_marks_are_two_seconds_apart_whatever_the_spacing() {
         .take(3)
         .collect();
     for uuid in &due {
-        assert!(matches!(
-            c.mark_credit_payout(uuid).await.unwrap(),
-            MarkOutcome::Marked(_)
-        ));
+        assert!(matches!(c.mark_credit_payout(uuid).await.unwrap(), MarkOutcome::Marked(_)));
     }
     let marks: Vec<f64> = emu.state.writes().iter().map(|w| w.at_ms).collect();
     assert_eq!(marks.len(), 3);
@@ -115,24 +101,15 @@ async fn a_429_is_never_retried_before_it_allows() {
     let emu = emulator(emu_config(10, 1000, None, 3_600_000)).await;
     let c = client(&emu.base_url, FULL_KEY, fast());
     for _ in 0..3 {
-        c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Accepted, 1))
-            .await
-            .unwrap();
+        c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Accepted, 1)).await.unwrap();
     }
     let reqs = emu.state.requests();
     let refused: Vec<&RequestRecord> = reqs.iter().filter(|r| r.status == 429).collect();
     assert!(!refused.is_empty(), "the client was faster than the policy");
     assert_eq!(c.metrics().rate_limited as usize, refused.len());
     for r in refused {
-        let next = reqs
-            .iter()
-            .find(|n| n.at_ms > r.at_ms)
-            .expect("the request was retried");
-        assert!(
-            next.at_ms - r.at_ms >= 1000.0,
-            "retried {} ms after a 429 asking for 1 s",
-            next.at_ms - r.at_ms
-        );
+        let next = reqs.iter().find(|n| n.at_ms > r.at_ms).expect("the request was retried");
+        assert!(next.at_ms - r.at_ms >= 1000.0, "retried {} ms after a 429 asking for 1 s", next.at_ms - r.at_ms);
         assert_eq!(next.status, 200);
     }
 }
@@ -143,9 +120,7 @@ async fn hourly_cap_waits_and_completes() {
     let emu = emulator(emu_config(10, 0, Some(3), 2000)).await;
     let c = client_with(&emu.base_url, FULL_KEY, fast(), 6);
     for _ in 0..7 {
-        c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Accepted, 1))
-            .await
-            .unwrap();
+        c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Accepted, 1)).await.unwrap();
     }
     let reqs = emu.state.requests();
     assert_eq!(reqs.iter().filter(|r| r.status == 200).count(), 7);
@@ -162,23 +137,14 @@ async fn hourly_cap_waits_and_completes() {
     let emu = emulator(emu_config(10, 0, Some(3), 2000)).await;
     let c = client(&emu.base_url, FULL_KEY, policy(0, Some(3), 2000));
     for _ in 0..7 {
-        c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Accepted, 1))
-            .await
-            .unwrap();
+        c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Accepted, 1)).await.unwrap();
     }
     assert!(
         emu.state.violations().is_empty(),
         "{:?} {:?}",
         emu.state.violations(),
-        emu.state
-            .requests()
-            .iter()
-            .map(|r| (r.at_ms, r.status))
-            .collect::<Vec<_>>()
+        emu.state.requests().iter().map(|r| (r.at_ms, r.status)).collect::<Vec<_>>()
     );
     let reqs = emu.state.requests();
-    assert!(
-        reqs[6].at_ms - reqs[0].at_ms >= 4000.0,
-        "7 requests at 3 per 2 s take two resets"
-    );
+    assert!(reqs[6].at_ms - reqs[0].at_ms >= 4000.0, "7 requests at 3 per 2 s take two resets");
 }

@@ -69,9 +69,6 @@ fn the_readme_names_every_command_and_flag() {
     }
     assert!(missing.is_empty(), "not in the README: {missing:?}");
     for code in 0..=5 {
-        assert!(
-            README.contains(&format!("| {code} |")),
-            "exit code {code} is documented"
-        );
+        assert!(README.contains(&format!("| {code} |")), "exit code {code} is documented");
     }
 }

@@ -23,20 +23,9 @@ pub struct TestEmu {
 
 impl TestEmu {
     pub fn start(config: EmulatorConfig) -> TestEmu {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let emu = rt
-            .block_on(Emulator::start(&config, "127.0.0.1:0".parse().unwrap()))
-            .unwrap();
-        TestEmu {
-            base_url: emu.base_url.clone(),
-            state: emu.state.clone(),
-            emu: Some(emu),
-            rt: Some(rt),
-        }
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let emu = rt.block_on(Emulator::start(&config, "127.0.0.1:0".parse().unwrap())).unwrap();
+        TestEmu { base_url: emu.base_url.clone(), state: emu.state.clone(), emu: Some(emu), rt: Some(rt) }
     }
 }
 
@@ -90,10 +79,7 @@ pub async fn raw(method: &str, url: &str, key: Option<&str>, body: Option<&str>)
     let resp = req.send().await.unwrap();
     let status = resp.status().as_u16();
     let text = resp.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-    )
+    (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
 }
 
 /// Runs the real binary in `dir` with a clean API environment plus `envs`.

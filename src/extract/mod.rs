@@ -1,0 +1,551 @@
+//! Extract: a complete, drift-safe, rate-aware crawl of every application and of the daily
+//! content statistics, landed raw, resumable after any interruption.
+//!
+//! - **Applications**: every status (or `--statuses`), 100 rows a page. Page 1 of every status
+//!   comes first, which gives the page counts and so the plan. Then the remaining pages follow,
+//!   up to `--concurrency` at once; the shared pacer keeps the spacing.
+//! - **Drift**: the list is newest first and changes while we page. Rows are deduplicated by id,
+//!   and the latest observation wins, across statuses too. After a pass, the rows still in the
+//!   status are compared with the service's `row_count`. When they differ, the status is crawled
+//!   again, in the other direction, up to `--max-passes`. A difference that remains is a recorded
+//!   data-quality warning, never silent.
+//! - **Content**: `[from, to]` in windows of `--window-days`, each fetched with `limit=10000` and
+//!   validated (see [`landing::validate_content`]). A truncated window is asked again, then fails
+//!   the run; it is never loaded as complete.
+//! - **Resume**: the raw landing is the checkpoint. An unfinished run with the same request is
+//!   continued by the next invocation, which fetches only what is not landed.
+
+pub mod crawl;
+pub mod landing;
+pub mod raw;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use tokio::sync::watch;
+
+use crate::api::models::ApplicationStatus;
+use crate::api::{ApiError, Client, MetricsSnapshot};
+use crate::out::{io_err, write_json_atomic, OutDir, OutError};
+use crate::progress::Progress;
+use crawl::Crawl;
+use landing::Landing;
+use raw::RawWriter;
+
+pub use landing::{ContentRow, Metric, Observation};
+
+/// A validated extract request.
+#[derive(Clone, Debug)]
+pub struct ExtractConfig {
+    pub out: OutDir,
+    pub statuses: Vec<ApplicationStatus>,
+    pub campaign_id: Option<i64>,
+    pub concurrency: usize,
+    pub max_passes: u32,
+    /// Explicit content range; `None` means the incremental default.
+    pub from: Option<NaiveDate>,
+    pub to: Option<NaiveDate>,
+    pub window_days: u32,
+    pub lookback_days: u32,
+    pub since_days: u32,
+    pub plan_only: bool,
+    pub keep_raw: Option<usize>,
+    /// Start a new run even when an unfinished one could be resumed.
+    pub fresh: bool,
+    pub progress_bars: bool,
+}
+
+#[derive(Debug, Error)]
+pub enum ExtractError {
+    #[error("{context}: {source}")]
+    Api {
+        context: String,
+        // Not `#[source]`: the message already says it, and the exit code reads it.
+        source: ApiError,
+    },
+    #[error("content {start}..{end} stayed invalid after {tries} answers ({problem}); it was not loaded. Its answers are in the raw landing; rerun to try again")]
+    Truncated { start: NaiveDate, end: NaiveDate, tries: u32, problem: String },
+    #[error("interrupted; progress is saved and the next run resumes it")]
+    Interrupted,
+    #[error(transparent)]
+    Out(#[from] OutError),
+    #[error("raw run `{0}` not found or unreadable")]
+    NoSuchRun(String),
+}
+
+impl ExtractError {
+    pub(crate) fn api(context: String, source: ApiError) -> Self {
+        ExtractError::Api { context, source }
+    }
+}
+
+/// What a run was asked to do, stored as `run.json` so that a resumed invocation continues the
+/// same request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub run_id: String,
+    pub created_at: DateTime<Utc>,
+    pub base_url: String,
+    pub statuses: Vec<String>,
+    pub campaign_id: Option<i64>,
+    pub max_passes: u32,
+    pub from: NaiveDate,
+    pub to: NaiveDate,
+    pub window_days: u32,
+}
+
+/// Drift and completeness of one status.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct StatusSummary {
+    /// The service's `row_count` at the end of the last pass.
+    pub row_count: u64,
+    /// Rows of this status seen in the last pass.
+    pub seen: u64,
+    /// Applications whose latest observation has this status.
+    pub rows: u64,
+    pub pages_fetched: u64,
+    pub passes: u32,
+    /// Rows first seen in a re-crawl: what a single pass would have lost.
+    pub recovered: u64,
+    pub converged: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ContentSummary {
+    pub from: Option<NaiveDate>,
+    pub to: Option<NaiveDate>,
+    pub windows: u64,
+    /// Days per metric.
+    pub days: u64,
+    /// Answers refused as invalid (truncated) and asked again.
+    pub invalid_answers: u64,
+}
+
+/// The run report, `OUT/runs/<run_id>.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ExtractReport {
+    pub run_id: String,
+    /// `completed`, `planned` (`--plan-only`), `interrupted` or `failed`.
+    pub status: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    /// Invocations that worked on this run, this one included.
+    pub invocations: u32,
+    pub resumed: bool,
+    /// Requests of every invocation that reported its counters.
+    pub requests: MetricsSnapshot,
+    /// Invocations that ended without reporting counters (killed).
+    pub unreported_invocations: u32,
+    pub applications: BTreeMap<String, StatusSummary>,
+    pub applications_total: u64,
+    pub content: ContentSummary,
+    pub durations_ms: BTreeMap<String, u64>,
+    pub warnings: Vec<String>,
+    pub error: Option<String>,
+    pub raw_dir: PathBuf,
+}
+
+/// The request plan, printed before the bulk of the requests.
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    /// Status → (rows, pages) from page 1.
+    pub statuses: BTreeMap<String, (u64, u64)>,
+    pub application_requests: u64,
+    pub content_requests: u64,
+    pub min_interval_ms: u64,
+    pub hourly_cap: Option<u32>,
+    pub concurrency: usize,
+    pub estimated_s: u64,
+}
+
+impl std::fmt::Display for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "plan:")?;
+        for (s, (rows, pages)) in &self.statuses {
+            writeln!(f, "  {s:<17} {rows:>9} rows {pages:>7} pages")?;
+        }
+        let cap = self.hourly_cap.map_or("no hourly cap".to_owned(), |c| format!("at most {c} requests per window"));
+        writeln!(
+            f,
+            "  requests to go: {} application pages + {} content windows = {}",
+            self.application_requests,
+            self.content_requests,
+            self.application_requests + self.content_requests
+        )?;
+        writeln!(f, "  pacing: {} ms between requests, {cap}, concurrency {}", self.min_interval_ms, self.concurrency)?;
+        write!(f, "  estimated duration: {}", human_duration(self.estimated_s))
+    }
+}
+
+fn human_duration(s: u64) -> String {
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// Incremental state kept between runs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ExtractState {
+    /// Last day of content a completed run extracted.
+    pub content_last_day: Option<NaiveDate>,
+}
+
+fn state_path(out: &OutDir) -> PathBuf {
+    out.state_dir().join("extract.json")
+}
+
+pub fn read_state(out: &OutDir) -> ExtractState {
+    std::fs::read(state_path(out)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+}
+
+/// The content range of a new run: explicit, or from the last extracted day minus the lookback
+/// (recent days still change), or the first run's `since_days`. `to` never passes today (UTC).
+pub fn content_range(config: &ExtractConfig, today: NaiveDate) -> (NaiveDate, NaiveDate) {
+    let to = config.to.unwrap_or(today).min(today);
+    let from = config.from.unwrap_or_else(|| match read_state(&config.out).content_last_day {
+        Some(last) => last - chrono::Duration::days(i64::from(config.lookback_days)),
+        None => today - chrono::Duration::days(i64::from(config.since_days)),
+    });
+    (from.min(to), to)
+}
+
+/// An unfinished run asking for the same thing, to resume.
+fn find_resumable(config: &ExtractConfig, base_url: &str) -> Option<RunSpec> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(config.out.raw_root()).ok()?.flatten().map(|e| e.path()).collect();
+    dirs.sort();
+    let dir = dirs.into_iter().rev().find(|d| d.join("run.json").exists())?;
+    if dir.join("COMPLETE").exists() {
+        return None;
+    }
+    let spec: RunSpec = serde_json::from_slice(&std::fs::read(dir.join("run.json")).ok()?).ok()?;
+    let same = spec.base_url == base_url
+        && spec.statuses == config.statuses.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+        && spec.campaign_id == config.campaign_id
+        && spec.window_days == config.window_days
+        && config.from.is_none_or(|f| f == spec.from)
+        && config.to.is_none_or(|t| t == spec.to);
+    if !same {
+        tracing::warn!(run_id = %spec.run_id, "an unfinished run asked for something else; starting a new run");
+        return None;
+    }
+    Some(spec)
+}
+
+fn invocations_dir(out: &OutDir, run_id: &str) -> PathBuf {
+    out.raw_dir(run_id).join("invocations")
+}
+
+/// Sums the counters the run's earlier invocations reported.
+fn earlier_metrics(out: &OutDir, run_id: &str, before: u32) -> (MetricsSnapshot, u32) {
+    let mut total = MetricsSnapshot::default();
+    let mut missing = 0;
+    for n in 1..before {
+        match std::fs::read(invocations_dir(out, run_id).join(format!("{n:04}.json")))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<MetricsSnapshot>(&b).ok())
+        {
+            Some(m) => total.merge(&m),
+            None => missing += 1,
+        }
+    }
+    (total, missing)
+}
+
+/// Deletes all but the newest `keep` runs' raw landings (never `current`).
+fn prune_raw(out: &OutDir, keep: usize, current: &str) -> Result<(), OutError> {
+    let Ok(entries) = std::fs::read_dir(out.raw_root()) else {
+        return Ok(());
+    };
+    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    dirs.sort();
+    let excess = dirs.len().saturating_sub(keep.max(1));
+    for d in dirs.into_iter().take(excess) {
+        if d.file_name().and_then(|n| n.to_str()) != Some(current) {
+            std::fs::remove_dir_all(&d).map_err(io_err("remove", &d))?;
+            tracing::info!(dir = %d.display(), "pruned old raw landing");
+        }
+    }
+    Ok(())
+}
+
+/// Runs an extract. The caller holds the lock on the output directory. On failure or
+/// interruption the landing and the report are saved before the error is returned, and the
+/// next run resumes.
+pub async fn run(
+    config: &ExtractConfig,
+    client: &Client,
+    stop: watch::Receiver<bool>,
+) -> Result<ExtractReport, ExtractError> {
+    let base_url = client.base_url().to_string();
+    let today = Utc::now().date_naive();
+    let resumed = if config.fresh { None } else { find_resumable(config, &base_url) };
+    let spec = match &resumed {
+        Some(spec) => spec.clone(),
+        None => {
+            let (from, to) = content_range(config, today);
+            RunSpec {
+                run_id: crate::out::new_run_id(),
+                created_at: Utc::now(),
+                base_url,
+                statuses: config.statuses.iter().map(|s| s.to_string()).collect(),
+                campaign_id: config.campaign_id,
+                max_passes: config.max_passes,
+                from,
+                to,
+                window_days: config.window_days,
+            }
+        }
+    };
+    let dir = config.out.raw_dir(&spec.run_id);
+    if resumed.is_none() {
+        write_json_atomic(&dir.join("run.json"), &spec)?;
+    }
+    let recovered = raw::recover_partials(&dir)?;
+    let mut landing = Landing::from_records(&raw::read_run(&dir)?);
+    let invocation = landing.max_invocation.max(count_segments(&dir)) + 1;
+    if resumed.is_some() {
+        tracing::info!(
+            run_id = %spec.run_id,
+            invocation,
+            landed = landing.next_seq,
+            recovered,
+            "resuming an unfinished run"
+        );
+    } else {
+        tracing::info!(run_id = %spec.run_id, from = %spec.from, to = %spec.to, "starting a run");
+    }
+    let mut writer = RawWriter::create(&dir, invocation)?;
+    let progress = Progress::new(config.progress_bars);
+    let started = Instant::now();
+    let mut durations = BTreeMap::new();
+    let mut outcomes = BTreeMap::new();
+    let mut warnings = vec![];
+    let windows = landing::windows(spec.from, spec.to, spec.window_days);
+
+    let result: Result<&'static str, ExtractError> = async {
+        let mut crawl = Crawl {
+            client,
+            writer: &mut writer,
+            landing: &mut landing,
+            invocation,
+            campaign_id: spec.campaign_id,
+            concurrency: config.concurrency,
+            stop: stop.clone(),
+            progress: &progress,
+        };
+        let t = Instant::now();
+        for status in &config.statuses {
+            crawl.first_page(status, crawl.landing.last_pass(status.as_str()).unwrap_or(1)).await?;
+        }
+        let plan = make_plan(config, client, crawl.landing, &windows, t.elapsed());
+        eprintln!("{plan}");
+        tracing::info!(requests = plan.application_requests + plan.content_requests, estimated_s = plan.estimated_s, "plan");
+        if config.plan_only {
+            return Ok("planned");
+        }
+        for status in &config.statuses {
+            let outcome = crawl.status(status, spec.max_passes).await?;
+            if !outcome.converged {
+                warnings.push(format!(
+                    "status `{status}`: {} rows seen after {} passes, but the service reports {}: the list changed while paging; the next run picks up the difference",
+                    outcome.seen, outcome.passes, outcome.row_count
+                ));
+            }
+            outcomes.insert(status.to_string(), outcome);
+        }
+        durations.insert("applications".to_owned(), t.elapsed().as_millis() as u64);
+        let t = Instant::now();
+        crawl.content(&windows).await?;
+        durations.insert("content".to_owned(), t.elapsed().as_millis() as u64);
+        Ok("completed")
+    }
+    .await;
+    progress.finish();
+    writer.finish()?;
+
+    let metrics = client.metrics();
+    write_json_atomic(&invocations_dir(&config.out, &spec.run_id).join(format!("{invocation:04}.json")), &metrics)?;
+    let (mut requests, unreported) = earlier_metrics(&config.out, &spec.run_id, invocation);
+    requests.merge(&metrics);
+    durations.insert("extract".to_owned(), started.elapsed().as_millis() as u64);
+
+    let (status, error) = match &result {
+        Ok(s) => (s.to_string(), None),
+        Err(ExtractError::Interrupted) => ("interrupted".to_owned(), Some(ExtractError::Interrupted.to_string())),
+        Err(e) => ("failed".to_owned(), Some(e.to_string())),
+    };
+    let report = build_report(
+        config,
+        &spec,
+        &landing,
+        &outcomes,
+        status,
+        error,
+        invocation,
+        resumed.is_some(),
+        requests,
+        unreported,
+        durations,
+        warnings,
+    );
+    for w in &report.warnings {
+        tracing::warn!(warning = %w, "data quality");
+    }
+    if report.status == "completed" {
+        std::fs::write(dir.join("COMPLETE"), b"").map_err(io_err("write", &dir))?;
+        let mut state = read_state(&config.out);
+        state.content_last_day = Some(state.content_last_day.map_or(spec.to, |d| d.max(spec.to)));
+        write_json_atomic(&state_path(&config.out), &state)?;
+        if let Some(keep) = config.keep_raw {
+            prune_raw(&config.out, keep, &spec.run_id)?;
+        }
+    }
+    write_json_atomic(&config.out.report_path(&spec.run_id), &report)?;
+    result.map(|_| report)
+}
+
+fn count_segments(dir: &std::path::Path) -> u32 {
+    std::fs::read_dir(dir)
+        .map(|es| {
+            es.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    name.strip_prefix("part-")?.get(..4)?.parse::<u32>().ok()
+                })
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+fn make_plan(
+    config: &ExtractConfig,
+    client: &Client,
+    landing: &Landing,
+    windows: &[(NaiveDate, NaiveDate)],
+    first_pages: Duration,
+) -> Plan {
+    let mut statuses = BTreeMap::new();
+    let mut app_requests = 0;
+    for s in &config.statuses {
+        let pass = landing.last_pass(s.as_str()).unwrap_or(1);
+        let rows = landing.page(s.as_str(), pass, 1).map_or(0, |p| p.row_count);
+        let pages = landing.page_count(s.as_str(), pass);
+        let landed = landing.pages.get(&(s.as_str().to_owned(), pass)).map_or(0, |m| m.len() as u64);
+        app_requests += pages.saturating_sub(landed);
+        statuses.insert(s.to_string(), (rows, pages));
+    }
+    let content_requests = windows.iter().filter(|w| !landing.windows.contains_key(w)).count() as u64;
+    let n = app_requests + content_requests;
+    let pacing = client.pacer().config();
+    let latency = first_pages.as_secs_f64() / config.statuses.len().max(1) as f64;
+    let per_request = pacing.min_interval.as_secs_f64().max(latency / config.concurrency.max(1) as f64);
+    let mut estimate = n as f64 * per_request;
+    if let Some(cap) = pacing.hourly_cap.filter(|c| *c > 0) {
+        let resets = n.saturating_sub(1) / u64::from(cap);
+        estimate = estimate.max(resets as f64 * pacing.cap_window.as_secs_f64());
+    }
+    Plan {
+        statuses,
+        application_requests: app_requests,
+        content_requests,
+        min_interval_ms: pacing.min_interval.as_millis() as u64,
+        hourly_cap: pacing.hourly_cap,
+        concurrency: config.concurrency,
+        estimated_s: estimate.ceil() as u64,
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // assembles the report from the run's parts, once
+fn build_report(
+    config: &ExtractConfig,
+    spec: &RunSpec,
+    landing: &Landing,
+    outcomes: &BTreeMap<String, crawl::StatusOutcome>,
+    status: String,
+    error: Option<String>,
+    invocation: u32,
+    resumed: bool,
+    requests: MetricsSnapshot,
+    unreported: u32,
+    durations_ms: BTreeMap<String, u64>,
+    warnings: Vec<String>,
+) -> ExtractReport {
+    let mut applications = BTreeMap::new();
+    for s in &config.statuses {
+        let key = s.to_string();
+        let outcome = outcomes.get(&key);
+        let rows = landing.observations.values().filter(|o| o.app.status == *s).count() as u64;
+        let recovered = landing.observations.values().filter(|o| o.app.status == *s && o.first_pass > 1).count() as u64;
+
+        applications.insert(
+            key.clone(),
+            StatusSummary {
+                row_count: outcome.map_or(0, |o| o.row_count),
+                seen: outcome.map_or(0, |o| o.seen),
+                rows,
+                pages_fetched: landing.pages_fetched(&key),
+                passes: outcome.map_or(0, |o| o.passes),
+                recovered: if outcome.is_some_and(|o| o.passes > 1) { recovered } else { 0 },
+                converged: outcome.is_some_and(|o| o.converged),
+            },
+        );
+    }
+    let content_rows = landing.content();
+    ExtractReport {
+        run_id: spec.run_id.clone(),
+        status,
+        started_at: spec.created_at,
+        finished_at: Utc::now(),
+        invocations: invocation,
+        resumed,
+        requests,
+        unreported_invocations: unreported,
+        applications,
+        applications_total: landing.observations.len() as u64,
+        content: ContentSummary {
+            from: Some(spec.from),
+            to: Some(spec.to),
+            windows: landing.windows.len() as u64,
+            days: content_rows.iter().filter(|r| r.metric == Metric::Views).count() as u64,
+            invalid_answers: landing.invalid_windows.values().map(|n| u64::from(*n)).sum(),
+        },
+        durations_ms,
+        warnings,
+        error,
+        raw_dir: config.out.raw_dir(&spec.run_id),
+    }
+}
+
+/// What a run extracted, read back from its raw landing: the input of transform and load.
+#[derive(Debug)]
+pub struct Extracted {
+    pub spec: RunSpec,
+    /// Latest observation of each application, by id.
+    pub applications: Vec<Observation>,
+    /// One row per (metric, date).
+    pub content: Vec<ContentRow>,
+    pub complete: bool,
+}
+
+/// Reads a run's landing back, without calling the API.
+pub fn read_extracted(out: &OutDir, run_id: &str) -> Result<Extracted, ExtractError> {
+    let dir = out.raw_dir(run_id);
+    let spec: RunSpec = std::fs::read(dir.join("run.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| ExtractError::NoSuchRun(run_id.to_owned()))?;
+    let landing = Landing::from_records(&raw::read_run(&dir)?);
+    Ok(Extracted {
+        spec,
+        applications: landing.applications().into_iter().cloned().collect(),
+        content: landing.content(),
+        complete: dir.join("COMPLETE").exists(),
+    })
+}

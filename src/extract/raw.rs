@@ -1,0 +1,220 @@
+//! Raw landing: every response body exactly as received, one gzip-compressed JSON line per
+//! response, with the endpoint, query (never the key), time and status.
+//!
+//! The landing is the single source of truth of a run. Resume state, drift decisions and
+//! `load --from-raw` are all derived from it, so the record of what was fetched cannot disagree
+//! with the data.
+//!
+//! Each invocation of a run writes its own segment, `part-NNNN.jsonl.gz`. While written it is
+//! named `part-NNNN.jsonl.gz.partial` and sync-flushed after every record, so a killed process
+//! leaves every record it reported as landed readable. The next invocation recovers a leftover
+//! partial segment into a complete one before it starts. Readers accept a truncated tail.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, NaiveDate, Utc};
+use flate2::read::MultiGzDecoder;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use serde::{Deserialize, Serialize};
+
+use crate::out::{io_err, OutError};
+
+/// One response as landed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RawRecord {
+    /// Order of arrival within the run, across invocations; later observations win.
+    pub seq: u64,
+    pub invocation: u32,
+    /// `list_applications` or `content_24h`.
+    pub endpoint: String,
+    pub path: String,
+    pub query: BTreeMap<String, String>,
+    pub received_at: DateTime<Utc>,
+    pub status: u16,
+    pub attempts: u32,
+    /// Applications: the crawl pass of the status this page belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass: Option<u32>,
+    /// Content: the window `[start, end]` this response answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<(NaiveDate, NaiveDate)>,
+    /// False when validation refused the response (a truncated series); it is kept to diagnose.
+    pub valid: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// The body as received.
+    pub body: String,
+}
+
+fn segment_name(invocation: u32) -> String {
+    format!("part-{invocation:04}.jsonl.gz")
+}
+
+/// Writes one invocation's segment.
+pub struct RawWriter {
+    partial: PathBuf,
+    done: PathBuf,
+    enc: Option<GzEncoder<File>>,
+    records: u64,
+}
+
+impl RawWriter {
+    pub fn create(dir: &Path, invocation: u32) -> Result<Self, OutError> {
+        fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+        let done = dir.join(segment_name(invocation));
+        let partial = dir.join(format!("{}.partial", segment_name(invocation)));
+        let file = File::create(&partial).map_err(io_err("create", &partial))?;
+        Ok(RawWriter { partial, done, enc: Some(GzEncoder::new(file, Compression::fast())), records: 0 })
+    }
+
+    /// Appends a record and flushes it to the OS, so it survives a kill of this process.
+    pub fn write(&mut self, rec: &RawRecord) -> Result<(), OutError> {
+        let enc = self.enc.as_mut().expect("writer not finished");
+        let mut line = serde_json::to_vec(rec).expect("records serialise");
+        line.push(b'\n');
+        enc.write_all(&line).and_then(|_| enc.flush()).map_err(io_err("write", &self.partial))?;
+        self.records += 1;
+        Ok(())
+    }
+
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Completes the gzip stream, syncs it, and gives it its final name.
+    pub fn finish(mut self) -> Result<PathBuf, OutError> {
+        let enc = self.enc.take().expect("writer not finished");
+        let file = enc.finish().map_err(io_err("finish", &self.partial))?;
+        file.sync_all().map_err(io_err("sync", &self.partial))?;
+        fs::rename(&self.partial, &self.done).map_err(io_err("rename", &self.done))?;
+        Ok(self.done.clone())
+    }
+}
+
+/// Reads every record of a gzip JSON-lines file, stopping quietly at a truncated tail.
+fn read_segment(path: &Path) -> Result<Vec<RawRecord>, OutError> {
+    let file = File::open(path).map_err(io_err("open", path))?;
+    let mut out = vec![];
+    let mut reader = BufReader::new(MultiGzDecoder::new(file));
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) => break,
+            Ok(_) if line.ends_with('\n') => match serde_json::from_str::<RawRecord>(&line) {
+                Ok(r) => out.push(r),
+                Err(_) => break,
+            },
+            // A line without its newline, or a decoding error: the writer was killed there.
+            Ok(_) | Err(_) => break,
+        }
+    }
+    Ok(out)
+}
+
+/// Completes segments a killed invocation left as `.partial`: rewrites their readable records
+/// as a proper segment and removes the partial file.
+pub fn recover_partials(dir: &Path) -> Result<u64, OutError> {
+    let mut recovered = 0;
+    let Ok(entries) = fs::read_dir(dir) else { return Ok(0) };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(final_name) = name.strip_suffix(".partial") else {
+            continue;
+        };
+        let records = read_segment(&path)?;
+        let final_path = dir.join(final_name);
+        let tmp = dir.join(format!("{final_name}.recovering"));
+        {
+            let file = File::create(&tmp).map_err(io_err("create", &tmp))?;
+            let mut enc = GzEncoder::new(file, Compression::fast());
+            for r in &records {
+                serde_json::to_writer(&mut enc, r).expect("records serialise");
+                enc.write_all(b"\n").map_err(io_err("write", &tmp))?;
+            }
+            enc.finish().and_then(|f| f.sync_all()).map_err(io_err("write", &tmp))?;
+        }
+        fs::rename(&tmp, &final_path).map_err(io_err("rename", &final_path))?;
+        fs::remove_file(&path).map_err(io_err("remove", &path))?;
+        recovered += records.len() as u64;
+    }
+    Ok(recovered)
+}
+
+/// Every record of a run's landing, complete segments and partial ones, in `seq` order.
+pub fn read_run(dir: &Path) -> Result<Vec<RawRecord>, OutError> {
+    let mut paths: Vec<PathBuf> = fs::read_dir(dir)
+        .map_err(io_err("read", dir))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with("part-") && (n.ends_with(".jsonl.gz") || n.ends_with(".jsonl.gz.partial"))
+            })
+        })
+        .collect();
+    paths.sort();
+    let mut all = vec![];
+    for p in paths {
+        all.extend(read_segment(&p)?);
+    }
+    all.sort_by_key(|r| r.seq);
+    all.dedup_by_key(|r| r.seq);
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(seq: u64) -> RawRecord {
+        RawRecord {
+            seq,
+            invocation: 1,
+            endpoint: "list_applications".into(),
+            path: "campaign_applications".into(),
+            query: BTreeMap::from([("page".into(), seq.to_string())]),
+            received_at: Utc::now(),
+            status: 200,
+            attempts: 1,
+            pass: Some(1),
+            window: None,
+            valid: true,
+            problem: None,
+            body: format!("{{\"n\":{seq}}}"),
+        }
+    }
+
+    #[test]
+    fn a_killed_writer_leaves_every_flushed_record_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = RawWriter::create(dir.path(), 1).unwrap();
+        for i in 1..=3 {
+            w.write(&rec(i)).unwrap();
+        }
+        // Simulate a kill: the encoder is never finished.
+        std::mem::forget(w);
+        assert_eq!(read_run(dir.path()).unwrap().len(), 3);
+        assert_eq!(recover_partials(dir.path()).unwrap(), 3);
+        let names: Vec<String> =
+            fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert_eq!(names, vec!["part-0001.jsonl.gz".to_owned()]);
+        let mut w = RawWriter::create(dir.path(), 2).unwrap();
+        w.write(&rec(4)).unwrap();
+        w.finish().unwrap();
+        let all = read_run(dir.path()).unwrap();
+        assert_eq!(all.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+        assert_eq!(all[0], {
+            let mut r = rec(1);
+            r.received_at = all[0].received_at;
+            r
+        });
+    }
+}

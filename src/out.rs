@@ -1,0 +1,176 @@
+//! The output directory (`--out`): its layout, the lock that keeps two runs from interleaving,
+//! atomic file writes, and run ids.
+//!
+//! Layout:
+//! ```text
+//! OUT/.lock                          held by the running command (OS file lock)
+//! OUT/raw/<run_id>/run.json          what the run was asked to do
+//! OUT/raw/<run_id>/part-NNNN.jsonl.gz  every response as received, one segment per invocation
+//! OUT/raw/<run_id>/invocations/NNNN.json  request counters of each invocation
+//! OUT/raw/<run_id>/COMPLETE          present once the extract finished
+//! OUT/runs/<run_id>.json             the run report
+//! OUT/state/extract.json             incremental state (last extracted day)
+//! ```
+//!
+//! The lock is an OS advisory lock (`flock`), so a killed run never leaves a stale lock behind.
+//! Every file a reader may open is written to a temporary name and renamed into place.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use chrono::Utc;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum OutError {
+    #[error(
+        "another run holds the lock on `{out}`: {holder}; wait for it to finish, or check that it is still running"
+    )]
+    Locked { out: String, holder: String },
+    #[error("cannot {action} `{path}`")]
+    Io {
+        action: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub(crate) fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> OutError {
+    let path = path.display().to_string();
+    move |source| OutError::Io { action, path, source }
+}
+
+/// The output directory.
+#[derive(Clone, Debug)]
+pub struct OutDir {
+    root: PathBuf,
+}
+
+/// Held while a command writes to the output directory; released on drop or process exit.
+#[derive(Debug)]
+pub struct OutLock {
+    _file: File,
+}
+
+impl OutDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        OutDir { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn raw_root(&self) -> PathBuf {
+        self.root.join("raw")
+    }
+
+    pub fn raw_dir(&self, run_id: &str) -> PathBuf {
+        self.raw_root().join(run_id)
+    }
+
+    pub fn runs_dir(&self) -> PathBuf {
+        self.root.join("runs")
+    }
+
+    pub fn report_path(&self, run_id: &str) -> PathBuf {
+        self.runs_dir().join(format!("{run_id}.json"))
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.root.join("state")
+    }
+
+    /// Creates the directory and takes its lock, recording `who` (the run id) for a second
+    /// command to report.
+    pub fn lock(&self, who: &str) -> Result<OutLock, OutError> {
+        fs::create_dir_all(&self.root).map_err(io_err("create", &self.root))?;
+        let path = self.root.join(".lock");
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_err("open", &path))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                return Err(OutError::Locked {
+                    out: self.root.display().to_string(),
+                    holder: if holder.is_empty() { "unknown run".into() } else { holder.to_owned() },
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &path)(e)),
+        }
+        let text =
+            format!("run {who} (pid {}, since {})\n", std::process::id(), Utc::now().format("%Y-%m-%dT%H:%M:%SZ"));
+        file.set_len(0).map_err(io_err("write", &path))?;
+        file.seek(SeekFrom::Start(0)).map_err(io_err("write", &path))?;
+        file.write_all(text.as_bytes()).map_err(io_err("write", &path))?;
+        let _ = file.flush();
+        Ok(OutLock { _file: file })
+    }
+}
+
+/// Writes a file atomically: a temporary sibling, fsync, then rename over the target.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        std::process::id()
+    ));
+    {
+        let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
+        f.write_all(bytes).map_err(io_err("write", &tmp))?;
+        f.sync_all().map_err(io_err("sync", &tmp))?;
+    }
+    fs::rename(&tmp, path).map_err(io_err("rename into place", path))
+}
+
+/// Writes a value as pretty JSON, atomically.
+pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), OutError> {
+    let mut bytes = serde_json::to_vec_pretty(value).expect("reports serialise");
+    bytes.push(b'\n');
+    write_atomic(path, &bytes)
+}
+
+/// A new run id: UTC time to the second, sortable, plus 4 random hex digits.
+pub fn new_run_id() -> String {
+    format!("{}-{:04x}", Utc::now().format("%Y%m%dT%H%M%SZ"), fastrand::u16(..))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_names_the_holder_and_a_dropped_lock_frees() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::new(dir.path().join("out"));
+        let held = out.lock("run-a").unwrap();
+        match out.lock("run-b") {
+            Err(OutError::Locked { holder, .. }) => assert!(holder.contains("run-a"), "{holder}"),
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        drop(held);
+        out.lock("run-c").unwrap();
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a/b.json");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(fs::read_dir(dir.path().join("a")).unwrap().count(), 1, "no temporary left behind");
+    }
+}

@@ -1,0 +1,365 @@
+//! `creator-etl extract` against the emulator: completeness under drift and faults, content
+//! windows, truncation, resume after SIGKILL, pacing and the hourly cap, the plan, the lock.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use chrono::{Duration as Days, NaiveDate, Utc};
+use creator_etl::emulator::{DriftEvent, EmulatorConfig, Fault, MAIN_ORG, OTHER_ORG};
+use creator_etl::extract::{read_extracted, ExtractReport, Extracted, Metric};
+use creator_etl::out::OutDir;
+
+use crate::util::*;
+
+/// Runs `extract` with fast pacing against `emu`, writing to `out`.
+fn extract(emu: &TestEmu, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["extract", "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    run_bin(out.parent().unwrap(), &args, &[("CREATOR_API_KEY", FULL_KEY)])
+}
+
+fn report(out: &std::process::Output) -> ExtractReport {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report on stdout ({e}):\n{}", show(&[], out)))
+}
+
+fn the_run(out: &Path) -> Extracted {
+    let runs: Vec<_> = std::fs::read_dir(out.join("raw")).unwrap().flatten().collect();
+    assert_eq!(runs.len(), 1, "one run");
+    read_extracted(&OutDir::new(out), runs[0].file_name().to_str().unwrap()).unwrap()
+}
+
+/// The content truth of the main organization for `[from, to]`.
+fn assert_content_is_truth(emu: &TestEmu, got: &Extracted, from: NaiveDate, to: NaiveDate) {
+    let days = (to - from).num_days() + 1;
+    assert_eq!(got.content.len() as i64, 2 * days, "one row per metric and day");
+    for r in &got.content {
+        let (v, l) = emu.state.content_day(MAIN_ORG, r.date);
+        let (lv, ll) = emu.state.content_day(MAIN_ORG, r.date - Days::days(7));
+        match r.metric {
+            Metric::Views => assert_eq!((r.current, r.last), (v, lv), "{}", r.date),
+            Metric::Likes => assert_eq!((r.current, r.last), (l, ll), "{}", r.date),
+        }
+        assert_eq!(r.last_date, r.date - Days::days(7));
+    }
+}
+
+/// The bar: drift and 10 % faults together, and still every application that kept its
+/// status is there exactly once with equal fields, and nothing of the other organization.
+#[test]
+fn drift_and_faults_together_still_give_the_truth() {
+    let mut cfg = EmulatorConfig::for_tests(1500);
+    cfg.drift = true;
+    cfg.faults.rate = 0.1;
+    cfg.faults.slow = Duration::from_millis(50);
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = extract(&emu, &out, &["--max-attempts", "10", "--from", "2025-12-20", "--to", "2026-01-10"]);
+    assert_exit(&[], &o, 0);
+    let rep = report(&o);
+    assert_eq!(rep.status, "completed");
+    assert!(rep.requests.retries > 0, "faults were met and retried");
+
+    let got = the_run(&out);
+    let by_id: HashMap<i64, _> = got.applications.iter().map(|o| (o.app.id, &o.app)).collect();
+    assert_eq!(by_id.len(), got.applications.len(), "each application once");
+    let events = emu.state.drift_events();
+    assert!(!events.is_empty(), "drift happened during the crawl");
+    let mut moved = HashMap::new();
+    let mut inserted = HashSet::new();
+    for e in &events {
+        match e {
+            DriftEvent::Moved { id, from, to } => {
+                moved.insert(*id, (from.clone(), to.clone()));
+            }
+            DriftEvent::Inserted { id } => {
+                inserted.insert(*id);
+            }
+        }
+    }
+    let truth = emu.state.applications(MAIN_ORG);
+    let mut stable = 0;
+    for t in &truth {
+        match (by_id.get(&t.id), moved.get(&t.id)) {
+            (Some(a), None) => assert_eq!(*a, t, "stable application {} has equal fields", t.id),
+            (None, None) if inserted.contains(&t.id) => {} // appeared after its page was read
+            (None, None) => panic!("application {} kept its status but is missing", t.id),
+            (Some(a), Some((from, to))) => {
+                assert!(a.status == *from || a.status == *to, "{} is {:?}", t.id, a.status);
+                assert_eq!(a.applied_at, t.applied_at);
+            }
+            (None, Some(_)) => panic!("moved application {} is missing", t.id),
+        }
+        if !moved.contains_key(&t.id) && !inserted.contains(&t.id) {
+            stable += 1;
+        }
+    }
+    assert!(stable > 1000);
+    let other: HashSet<i64> = emu.state.applications(OTHER_ORG).iter().map(|a| a.id).collect();
+    assert!(got.applications.iter().all(|o| !other.contains(&o.app.id)), "nothing of the other organization");
+    let from = NaiveDate::from_ymd_opt(2025, 12, 20).unwrap();
+    assert_content_is_truth(&emu, &got, from, NaiveDate::from_ymd_opt(2026, 1, 10).unwrap());
+    // The report records the drift.
+    let recrawled: u32 = rep.applications.values().map(|s| s.passes).sum();
+    assert!(recrawled > rep.applications.len() as u32, "some status was crawled again: {:?}", rep.applications);
+    for (status, s) in &rep.applications {
+        assert!(s.converged || rep.warnings.iter().any(|w| w.contains(status.as_str())), "{status}: {s:?}");
+    }
+}
+
+/// Several windows spanning a leap day and two year ends, up to today.
+#[test]
+fn content_windows_equal_the_truth_up_to_today() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(20));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let today = Utc::now().date_naive();
+    let o = extract(&emu, &out, &["--from", "2023-12-25", "--window-days", "45", "--statuses", "accepted"]);
+    assert_exit(&[], &o, 0);
+    let got = the_run(&out);
+    let from = NaiveDate::from_ymd_opt(2023, 12, 25).unwrap();
+    assert_content_is_truth(&emu, &got, from, today);
+    for day in ["2024-02-29", "2023-12-31", "2024-01-01", "2024-12-31", "2025-01-01"] {
+        let d = NaiveDate::parse_from_str(day, "%Y-%m-%d").unwrap();
+        assert!(got.content.iter().any(|r| r.date == d), "{day} is loaded");
+    }
+    let windows = (((today - from).num_days() + 1) as u64).div_ceil(45);
+    assert_eq!(report(&o).content.windows, windows);
+    assert_eq!(emu.state.requests_to("GET /stats/content_24h_data"), windows, "one request per window");
+}
+
+#[test]
+fn a_truncated_series_is_detected_and_never_loaded() {
+    let mut cfg = EmulatorConfig::for_tests(20);
+    cfg.faults.rate = 1.0;
+    cfg.faults.kinds = vec![Fault::ShortSeries];
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = extract(&emu, &out, &["--from", "2025-01-01", "--to", "2025-01-31", "--statuses", "pending"]);
+    assert_exit(&[], &o, 1);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("content 2025-01-01..2025-01-31 stayed invalid after 3 answers")
+            && stderr.contains("truncated"),
+        "{stderr}"
+    );
+    let got = the_run(&out);
+    assert!(got.content.is_empty(), "nothing of a truncated window is loaded");
+    assert!(!got.complete);
+    let rep: ExtractReport =
+        serde_json::from_slice(&std::fs::read(out.join("runs").join(format!("{}.json", got.spec.run_id))).unwrap())
+            .unwrap();
+    assert_eq!(rep.status, "failed");
+    assert_eq!(rep.content.invalid_answers, 3, "each invalid answer is landed for diagnosis");
+}
+
+/// SIGKILL at a random point, then a rerun: the same data as an uninterrupted run, and no page
+/// or window that was landed is fetched again.
+#[test]
+fn a_killed_run_resumes_without_refetching() {
+    let mut resumed_rounds = 0;
+    for round in 0..3 {
+        let mut cfg = EmulatorConfig::for_tests(3000);
+        cfg.latency = Duration::from_millis(30);
+        let emu = TestEmu::start(cfg);
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let out_s = out.to_str().unwrap().to_owned();
+        let common = [
+            "--base-url",
+            emu.base_url.as_str(),
+            "--out",
+            out_s.as_str(),
+            "--concurrency",
+            "2",
+            "--from",
+            "2025-06-01",
+            "--window-days",
+            "30",
+        ];
+        let mut child = Command::new(env!("CARGO_BIN_EXE_creator-etl"))
+            .arg("extract")
+            .args(common)
+            .env("CREATOR_API_KEY", FULL_KEY)
+            .env("CREATOR_MIN_INTERVAL_MS", "0")
+            .env("CREATOR_HOURLY_CAP", "0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(150 + fastrand::u64(0..600)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let before = emu.state.requests().len();
+
+        let o = run_bin(dir.path(), &[&["extract"][..], &common].concat(), &[("CREATOR_API_KEY", FULL_KEY)]);
+        assert_exit(&[], &o, 0);
+        let rep = report(&o);
+        let got = the_run(&out);
+        assert!(got.complete);
+        let mut apps: Vec<_> = got.applications.iter().map(|o| o.app.clone()).collect();
+        apps.sort_by_key(|a| a.id);
+        let mut truth = emu.state.applications(MAIN_ORG);
+        truth.sort_by_key(|a| a.id);
+        assert_eq!(apps, truth, "round {round}: identical to an uninterrupted run");
+        assert_content_is_truth(&emu, &got, NaiveDate::from_ymd_opt(2025, 6, 1).unwrap(), Utc::now().date_naive());
+
+        // Every query is asked once, except the few in flight when the process died.
+        let reqs = emu.state.requests();
+        let mut asked: HashMap<&str, u32> = HashMap::new();
+        for r in &reqs {
+            *asked.entry(r.query.as_str()).or_default() += 1;
+        }
+        let repeated = asked.values().filter(|n| **n > 1).count();
+        assert!(repeated <= 2, "round {round}: {repeated} queries asked twice (concurrency 2)");
+        if before > 0 && before < reqs.len() {
+            assert!(rep.resumed, "round {round}: the rerun resumed");
+            assert_eq!(rep.invocations, 2);
+            resumed_rounds += 1;
+        }
+        assert_eq!(
+            rep.unreported_invocations,
+            u32::from(rep.invocations == 2),
+            "the killed invocation reported nothing"
+        );
+    }
+    assert!(resumed_rounds >= 1, "at least one kill landed mid-run");
+}
+
+#[test]
+fn matching_spacing_gives_no_429_and_a_small_cap_waits_then_completes() {
+    let mut cfg = EmulatorConfig::for_tests(300);
+    cfg.rate.min_interval = Duration::from_millis(150);
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = run_bin(
+        dir.path(),
+        &[
+            "extract",
+            "--base-url",
+            &emu.base_url,
+            "--out",
+            out.to_str().unwrap(),
+            "--min-interval-ms",
+            "150",
+            "--since-days",
+            "200",
+        ],
+        &[("CREATOR_API_KEY", FULL_KEY)],
+    );
+    assert_exit(&[], &o, 0);
+    assert!(emu.state.violations().is_empty(), "{:?}", emu.state.violations());
+    assert_eq!(report(&o).requests.rate_limited, 0);
+
+    let mut cfg = EmulatorConfig::for_tests(300);
+    cfg.rate.hourly_cap = Some(5);
+    cfg.rate.cap_window = Duration::from_secs(2);
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = extract(&emu, &out, &["--since-days", "200", "--max-attempts", "10"]);
+    assert_exit(&[], &o, 0);
+    let rep = report(&o);
+    assert_eq!(rep.status, "completed");
+    assert!(rep.requests.rate_limited > 0, "the cap was hit and waited out");
+    assert_eq!(rep.applications_total as usize, emu.state.applications(MAIN_ORG).len());
+}
+
+#[test]
+fn plan_only_costs_one_request_per_status_and_the_next_run_reuses_it() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(700));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = extract(&emu, &out, &["--plan-only"]);
+    assert_exit(&[], &o, 0);
+    assert_eq!(report(&o).status, "planned");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("requests to go") && stderr.contains("estimated duration"), "{stderr}");
+    assert_eq!(emu.state.requests_to("GET /campaign_applications"), 6);
+    assert_eq!(emu.state.requests_to("GET /stats/content_24h_data"), 0);
+    let o = extract(&emu, &out, &[]);
+    assert_exit(&[], &o, 0);
+    let rep = report(&o);
+    assert!(rep.resumed);
+    let pages: u64 = rep.applications.values().map(|s| s.pages_fetched).sum();
+    assert_eq!(emu.state.requests_to("GET /campaign_applications"), pages, "page 1s were not asked again");
+}
+
+#[test]
+fn a_second_run_on_a_locked_out_dir_exits_5_naming_the_holder() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(10));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let _held = OutDir::new(&out).lock("20260101T000000Z-beef").unwrap();
+    let o = extract(&emu, &out, &[]);
+    assert_exit(&[], &o, 5);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("another run holds the lock") && stderr.contains("20260101T000000Z-beef"), "{stderr}");
+    assert_eq!(emu.state.requests().len(), 0, "nothing was sent");
+}
+
+#[test]
+fn bad_extract_flags_exit_2_listing_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "extract",
+        "--statuses",
+        "pending,cancelled",
+        "--from",
+        "2025-13-01",
+        "--concurrency",
+        "0",
+        "--window-days",
+        "0",
+    ];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 2);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    for needle in ["`cancelled` is not a status", "--from", "--concurrency", "--window-days", "CREATOR_API_KEY"] {
+        assert!(stderr.contains(needle), "{needle} in {stderr}");
+    }
+}
+
+#[test]
+fn raw_landing_keeps_bodies_and_never_the_key() {
+    const KEY: &str = "sekrit-raw-key-91";
+    let mut cfg = EmulatorConfig::for_tests(150);
+    cfg.keys.full = KEY.into();
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let args = ["extract", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "--since-days", "30"];
+    let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", KEY), ("RUST_LOG", "trace")]);
+    assert_exit(&args, &o, 0);
+    let mut all = String::from_utf8_lossy(&o.stderr).into_owned();
+    for entry in walk(&out) {
+        let bytes = std::fs::read(&entry).unwrap();
+        if entry.extension().is_some_and(|e| e == "gz") {
+            use std::io::Read;
+            let mut s = String::new();
+            flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_string(&mut s).unwrap();
+            assert!(s.contains("\"endpoint\":\"list_applications\"") && s.contains("\\\"meta\\\""));
+            all.push_str(&s);
+        } else {
+            all.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    assert!(!all.contains("sekrit"), "the key is in no output file or log");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
