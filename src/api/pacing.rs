@@ -71,8 +71,12 @@ pub enum RequestClass {
 
 #[derive(Debug, Default)]
 struct State {
+    /// Latest reserved start (slots are handed out after it).
     last_start: Option<Instant>,
     last_mark: Option<Instant>,
+    /// Actual dispatch times, which can be later than their slots when a task wakes late.
+    last_dispatch: Option<Instant>,
+    last_mark_dispatch: Option<Instant>,
     blocked_until: Option<Instant>,
     /// Reserved starts inside the current cap window, oldest first.
     window: VecDeque<Instant>,
@@ -211,21 +215,47 @@ impl Pacer {
                     "waiting before the next request"
                 );
             }
-            tokio::time::sleep_until(slot).await;
-            // A 429 seen by another task while we slept may have blocked the key for longer.
-            let mut st = self.lock();
-            let now = Instant::now();
-            if st.blocked_until.is_some_and(|b| b > now) {
-                continue;
+            let mut wake = slot;
+            loop {
+                tokio::time::sleep_until(wake).await;
+                let mut st = self.lock();
+                let now = Instant::now();
+                // A 429 seen by another task while we slept may have blocked the key for longer.
+                if st.blocked_until.is_some_and(|b| b > now) {
+                    break;
+                }
+                // The previous request may have gone out later than its slot (its task woke late):
+                // keep the spacing from when it actually went.
+                let earliest = self.earliest_after_dispatch(&st, class);
+                if earliest.is_some_and(|e| e > now) {
+                    wake = earliest.unwrap_or(now);
+                    continue;
+                }
+                st.last_dispatch = Some(st.last_dispatch.map_or(now, |l| l.max(now)));
+                st.last_start = Some(st.last_start.map_or(now, |l| l.max(now)));
+                if class == RequestClass::MarkPayout {
+                    st.last_mark_dispatch = Some(now);
+                    st.last_mark = Some(st.last_mark.map_or(now, |l| l.max(now)));
+                }
+                return now.duration_since(started);
             }
-            // Record the actual dispatch time, which is at or after the reserved slot.
-            st.last_start = Some(st.last_start.map_or(now, |l| l.max(now)));
-            if class == RequestClass::MarkPayout {
-                st.last_mark = Some(st.last_mark.map_or(now, |l| l.max(now)));
-            }
-            return now.duration_since(started);
         }
     }
+
+    /// The earliest instant the spacing rules allow, counted from actual dispatches.
+    fn earliest_after_dispatch(&self, st: &State, class: RequestClass) -> Option<Instant> {
+        let cfg = &self.config;
+        let general = st
+            .last_dispatch
+            .filter(|_| !cfg.min_interval.is_zero())
+            .map(|d| d + cfg.min_interval + margin(cfg.min_interval));
+        let mark = st
+            .last_mark_dispatch
+            .filter(|_| class == RequestClass::MarkPayout)
+            .map(|d| d + MARK_PAYOUT_MIN_INTERVAL + margin(MARK_PAYOUT_MIN_INTERVAL));
+        general.max(mark)
+    }
+
 
     /// Blocks every request on this pacer for `wait` from now (the server answered 429).
     pub fn block_for(&self, wait: Duration) {
@@ -275,8 +305,22 @@ mod tests {
         assert!(times[4] - t0 < Duration::from_millis(500));
     }
 
+    /// Regression: with many tasks in flight, a task that woke late after its slot made the next
+    /// request go out less than the interval after it (a 429 in the extract benchmark). Spacing
+    /// now counts from actual dispatches.
+    #[tokio::test(start_paused = true)]
+    async fn spacing_counts_from_a_late_dispatch() {
+        let p = Pacer::new(cfg(100, None, 1000));
+        p.acquire(RequestClass::General).await;
+        let late = Instant::now() + Duration::from_millis(60);
+        p.lock().last_dispatch = Some(late); // the previous request went out 60 ms after its slot
+        p.acquire(RequestClass::General).await;
+        assert!(Instant::now() >= late + Duration::from_millis(100));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn marks_keep_two_seconds_even_without_spacing() {
+
         let p = Pacer::new(cfg(0, None, 1000));
         let a = {
             p.acquire(RequestClass::MarkPayout).await;

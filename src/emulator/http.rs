@@ -83,6 +83,7 @@ async fn gate(State(st): State<Shared>, mut req: Request, next: Next) -> Respons
         query,
         key: caller.map(|c| c.role),
         status: 0,
+        done_ms: None,
         fault: None,
     });
     let finish = |status: StatusCode, fault: Option<Fault>| st.finish_request(index, status.as_u16(), fault);

@@ -92,6 +92,8 @@ pub struct RequestRecord {
     pub key: Option<&'static str>,
     /// 0 while unanswered, and for a request the client abandoned.
     pub status: u16,
+    /// Milliseconds since the emulator started, when the answer was ready.
+    pub done_ms: Option<f64>,
     pub fault: Option<Fault>,
 }
 
@@ -465,10 +467,13 @@ impl EmulatorState {
 
     /// Records the answer of a request begun with [`begin_request`](Self::begin_request).
     pub(crate) fn finish_request(&self, index: usize, status: u16, fault: Option<Fault>) {
+        let now = self.elapsed_ms();
         if let Some(r) = lock(&self.log).requests.get_mut(index) {
             r.status = status;
             r.fault = fault;
+            r.done_ms = Some(now);
         }
+
     }
 
     pub(crate) fn record_write(&self, rec: WriteRecord) {
