@@ -256,7 +256,6 @@ impl Pacer {
         general.max(mark)
     }
 
-
     /// Blocks every request on this pacer for `wait` from now (the server answered 429).
     pub fn block_for(&self, wait: Duration) {
         let until = Instant::now() + wait;
@@ -320,7 +319,6 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn marks_keep_two_seconds_even_without_spacing() {
-
         let p = Pacer::new(cfg(0, None, 1000));
         let a = {
             p.acquire(RequestClass::MarkPayout).await;

@@ -473,7 +473,6 @@ impl EmulatorState {
             r.fault = fault;
             r.done_ms = Some(now);
         }
-
     }
 
     pub(crate) fn record_write(&self, rec: WriteRecord) {

@@ -137,7 +137,8 @@ impl Crawl<'_> {
                     result.map_err(|e| ExtractError::api(format!("applications `{status}` page {page}"), e))?;
                 let rows = fetched.value.data.len();
                 self.land(&fetched, Some(pass), None, None)?;
-                self.progress.inc(&format!("{status} pages"), &format!("{rows} rows"));
+                let note = format!("{rows} rows, {} retries", self.client.metrics().retries);
+                self.progress.inc(&format!("{status} pages"), &note);
             }
             let (seen, row_count) = self.landing.pass_check(status.as_str(), pass);
             if seen == row_count {

@@ -61,7 +61,7 @@ pub struct ExtractConfig {
 
 #[derive(Debug, Error)]
 pub enum ExtractError {
-    #[error("{context}: {source}")]
+    #[error("{context}: {source}; what was fetched is saved: rerun the same command to resume")]
     Api {
         context: String,
         // Not `#[source]`: the message already says it, and the exit code reads it.
@@ -217,9 +217,7 @@ pub fn content_range(config: &ExtractConfig, today: NaiveDate) -> (NaiveDate, Na
 
 /// An unfinished run asking for the same thing, to resume.
 fn find_resumable(config: &ExtractConfig, base_url: &str) -> Option<RunSpec> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(config.out.raw_root()).ok()?.flatten().map(|e| e.path()).collect();
-    dirs.sort();
-    let dir = dirs.into_iter().rev().find(|d| d.join("run.json").exists())?;
+    let dir = runs_oldest_first(&config.out).into_iter().rev().find(|d| d.join("run.json").exists())?;
     if dir.join("COMPLETE").exists() {
         return None;
     }
@@ -257,14 +255,25 @@ fn earlier_metrics(out: &OutDir, run_id: &str, before: u32) -> (MetricsSnapshot,
     (total, missing)
 }
 
+/// The raw landings, oldest first: by creation time (run ids only resolve seconds), then name.
+fn runs_oldest_first(out: &OutDir) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(out.raw_root()) else { return vec![] };
+    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    let created = |d: &PathBuf| {
+        std::fs::read(d.join("run.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<RunSpec>(&b).ok())
+            .map(|s| s.created_at)
+    };
+    dirs.sort_by_cached_key(|d| (created(d), d.clone()));
+    dirs
+}
+
 /// Deletes all but the newest `keep` runs' raw landings (never `current`).
 fn prune_raw(out: &OutDir, keep: usize, current: &str) -> Result<(), OutError> {
-    let Ok(entries) = std::fs::read_dir(out.raw_root()) else {
-        return Ok(());
-    };
-    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
-    dirs.sort();
+    let dirs = runs_oldest_first(out);
     let excess = dirs.len().saturating_sub(keep.max(1));
+
     for d in dirs.into_iter().take(excess) {
         if d.file_name().and_then(|n| n.to_str()) != Some(current) {
             std::fs::remove_dir_all(&d).map_err(io_err("remove", &d))?;

@@ -245,7 +245,7 @@ fn matching_spacing_gives_no_429_and_a_small_cap_waits_then_completes() {
             "--out",
             out.to_str().unwrap(),
             "--min-interval-ms",
-            "150",
+            "160",
             "--since-days",
             "200",
         ],
@@ -362,4 +362,53 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// An hourly cap that would take longer than the deadline to reset fails the run with what was
+/// fetched saved; after the reset the same command resumes and completes without refetching.
+#[test]
+fn an_exhausted_cap_stops_the_run_and_the_next_run_resumes() {
+    let mut cfg = EmulatorConfig::for_tests(400);
+    cfg.rate.hourly_cap = Some(4);
+    cfg.rate.cap_window = Duration::from_secs(3);
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = extract(&emu, &out, &["--since-days", "10", "--deadline-s", "1", "--concurrency", "1"]);
+    assert_exit(&[], &o, 1);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("Hourly rate limit of 4 requests exceeded")
+            && stderr.contains("rerun the same command to resume"),
+        "{stderr}"
+    );
+    std::thread::sleep(Duration::from_millis(3200));
+    let o = extract(&emu, &out, &["--since-days", "10", "--max-attempts", "10"]);
+    assert_exit(&[], &o, 0);
+    let rep = report(&o);
+    assert!(rep.resumed);
+    let pages: u64 = rep.applications.values().map(|s| s.pages_fetched).sum();
+    let accepted =
+        emu.state.requests().iter().filter(|r| r.route == "GET /campaign_applications" && r.status == 200).count();
+    assert_eq!(accepted as u64, pages, "no page was fetched twice");
+    assert_eq!(rep.applications_total as usize, emu.state.applications(MAIN_ORG).len());
+}
+
+#[test]
+fn the_default_range_is_incremental_and_keep_raw_prunes() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(50));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let today = Utc::now().date_naive();
+    let o = extract(&emu, &out, &["--since-days", "30", "--statuses", "pending"]);
+    assert_exit(&[], &o, 0);
+    assert_eq!(report(&o).content.from, Some(today - Days::days(30)));
+    for _ in 0..2 {
+        let o = extract(&emu, &out, &["--statuses", "pending", "--lookback-days", "3", "--keep-raw", "2"]);
+        assert_exit(&[], &o, 0);
+        let rep = report(&o);
+        assert_eq!((rep.content.from, rep.content.to), (Some(today - Days::days(3)), Some(today)));
+    }
+    assert_eq!(std::fs::read_dir(out.join("raw")).unwrap().count(), 2, "--keep-raw 2 kept the newest two");
+    assert_eq!(std::fs::read_dir(out.join("runs")).unwrap().count(), 3, "reports are kept");
 }
