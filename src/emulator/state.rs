@@ -228,6 +228,18 @@ impl Store {
         }
     }
 
+    /// Changes an application's status, keeping the lists in order. False when there is no such id.
+    pub fn set_status(&mut self, id: i64, status: ApplicationStatus) -> bool {
+        let Some(i) = self.apps.iter().position(|(_, a)| a.id == id) else { return false };
+        let key = (self.apps[i].0, self.apps[i].1.status.clone());
+        if let Some(list) = self.by_status.get_mut(&key) {
+            list.retain(|&j| j as usize != i);
+        }
+        self.apps[i].1.status = status;
+        self.index_insert(i as u32);
+        true
+    }
+
     /// An organization's applications, newest first: the truth tests compare a crawl with.
     pub fn applications(&self, org: u32) -> Vec<Application> {
         let mut v: Vec<Application> = self.apps.iter().filter(|(o, _)| *o == org).map(|(_, a)| a.clone()).collect();
@@ -513,6 +525,11 @@ impl EmulatorState {
 
     pub fn applications(&self, org: u32) -> Vec<Application> {
         self.store().applications(org)
+    }
+
+    /// Changes an application's status, as an operator would in the dashboard (a test knob).
+    pub fn set_application_status(&self, id: i64, status: ApplicationStatus) -> bool {
+        self.store().set_status(id, status)
     }
 
     pub fn sales(&self) -> Vec<StoredSale> {

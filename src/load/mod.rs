@@ -1,0 +1,419 @@
+//! Load: a run's tables into the DuckDB warehouse, in one transaction, then exported to Parquet.
+//!
+//! 1. The previous state is read from the warehouse: all content, and the applications outside
+//!    the run's scope (a run narrowed by `--statuses` or `--campaign-id` leaves the others).
+//! 2. Transform builds every frame from the merged input. Content is upserted by (metric, date):
+//!    this run's days replace the loaded ones.
+//! 3. The frames are staged as Parquet files. Inside one transaction, every table is rebuilt
+//!    from them under a new name and swapped in. The status history (SCD2) is updated, and the
+//!    run is recorded in `runs`. A crash before `COMMIT` leaves the previous warehouse as it was.
+//! 4. After the commit, every table is exported from DuckDB to `OUT/parquet/<table>/` (zstd,
+//!    statistics, `content_daily` and `wow_deltas` partitioned by year). Each export goes to a
+//!    fresh directory, then the table's path, a symlink, is switched to it with one rename. So a
+//!    reader never sees a partial table. An export a crash interrupted is redone by the next load
+//!    (`runs.parquet_exported`), so Parquet and DuckDB converge.
+//!
+//! Loading the same run twice leaves every table as it was.
+
+pub mod warehouse;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use polars::prelude::{ParquetCompression, ParquetWriter};
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::extract::{read_extracted, ContentRow, ExtractError, ExtractReport, Extracted, Observation};
+
+use crate::out::{io_err, OutDir, OutError};
+use crate::transform::{self, TransformError};
+
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("warehouse: cannot {context}: {message}")]
+    Db { context: String, message: String },
+    #[error("the warehouse has schema version {found}, newer than this creator-etl supports ({supported}); upgrade creator-etl")]
+    NewerSchema { found: i32, supported: i32 },
+    #[error(
+        "raw run `{0}` did not finish extracting; rerun `creator-etl extract` to complete it, or load another run"
+    )]
+    Incomplete(String),
+    #[error("no completed raw run in `{0}`; run `creator-etl extract` or `creator-etl run` first")]
+    NoRuns(String),
+    #[error("cannot write `{path}`: {message}")]
+    Parquet { path: String, message: String },
+    #[error("data-quality checks failed under `--strict`: {0}")]
+    Strict(String),
+    #[error(transparent)]
+    Transform(#[from] TransformError),
+    #[error(transparent)]
+    Extract(#[from] ExtractError),
+    #[error(transparent)]
+    Out(#[from] OutError),
+}
+
+impl LoadError {
+    pub(crate) fn db(context: impl Into<String>, e: duckdb::Error) -> Self {
+        LoadError::Db { context: context.into(), message: e.to_string() }
+    }
+}
+
+/// A validated load request.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    pub out: OutDir,
+    pub cohort_edges: Vec<i64>,
+    /// Fail the load when a data-quality check finds a problem.
+    pub strict: bool,
+}
+
+/// Data-quality findings of a load; fatal only with `--strict`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct QualityReport {
+    /// Days whose API `last` differs from the loaded `current` of seven days earlier.
+    pub last_mismatches: u64,
+    /// Windows whose `total`/`last_total` are not the sums of their points.
+    pub total_mismatches: u64,
+    /// Keys that occurred twice in the run's data (kept once).
+    pub duplicate_keys: u64,
+    /// Applications whose status changed since the previous load.
+    pub status_changes: u64,
+    pub findings: Vec<String>,
+}
+
+/// What a load did; stored in the `runs` ledger.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoadReport {
+    pub run_id: String,
+    pub warehouse: PathBuf,
+    pub parquet_dir: PathBuf,
+    pub rows: BTreeMap<String, u64>,
+    pub quality: QualityReport,
+    /// Milliseconds per step: `read_state`, `transform`, `stage`, `transaction`, `export`, `total`.
+    pub stages_ms: BTreeMap<String, u64>,
+}
+
+/// `WHERE` clause of the applications a run does not cover, which the load keeps.
+fn out_of_scope(statuses: &[String], campaign_id: Option<i64>) -> Option<String> {
+    let all = crate::api::models::ApplicationStatus::KNOWN.len();
+    let mut parts = vec![];
+    if statuses.len() < all {
+        let list = statuses.iter().map(|s| format!("'{}'", s.replace('\'', "''"))).collect::<Vec<_>>().join(", ");
+        parts.push(format!("status NOT IN ({list})"));
+    }
+    if let Some(c) = campaign_id {
+        parts.push(format!("campaign_id <> {c}"));
+    }
+    (!parts.is_empty()).then(|| parts.join(" OR "))
+}
+
+/// Merges this run's content over the loaded content: the run wins per (metric, date).
+fn merge_content(previous: Vec<ContentRow>, new: &[ContentRow]) -> Vec<ContentRow> {
+    let mut by_key: BTreeMap<(crate::extract::Metric, chrono::NaiveDate), ContentRow> =
+        previous.into_iter().map(|r| ((r.metric, r.date), r)).collect();
+    for r in new {
+        by_key.insert((r.metric, r.date), r.clone());
+    }
+    by_key.into_values().collect()
+}
+
+/// Checks the run's content: `last` against the loaded `current` a week earlier, and the
+/// repeated totals against the sums of their windows.
+fn check_quality(
+    merged: &[ContentRow],
+    new: &[ContentRow],
+    windows: &[(chrono::NaiveDate, chrono::NaiveDate)],
+) -> QualityReport {
+    let mut q = QualityReport::default();
+    let current: std::collections::HashMap<_, _> = merged.iter().map(|r| ((r.metric, r.date), r.current)).collect();
+    for r in new {
+        if let Some(c) = current.get(&(r.metric, r.last_date)) {
+            if *c != r.last {
+                q.last_mismatches += 1;
+            }
+        }
+    }
+    for (start, end) in windows {
+        for metric in [crate::extract::Metric::Views, crate::extract::Metric::Likes] {
+            let pts: Vec<&ContentRow> =
+                new.iter().filter(|r| r.metric == metric && r.date >= *start && r.date <= *end).collect();
+            let (sum, last_sum): (i64, i64) = pts.iter().fold((0, 0), |(a, b), r| (a + r.current, b + r.last));
+            if pts.iter().any(|r| r.total != sum || r.last_total != last_sum) {
+                q.total_mismatches += 1;
+            }
+        }
+    }
+    if q.last_mismatches > 0 {
+        q.findings.push(format!("{} days: the API's `last` differs from the loaded `current` of seven days earlier (the service revised them)", q.last_mismatches));
+    }
+    if q.total_mismatches > 0 {
+        q.findings.push(format!("{} windows: `total`/`last_total` are not the sums of their days", q.total_mismatches));
+    }
+    q
+}
+
+fn stage(frames: &mut transform::Frames, dir: &Path) -> Result<(), LoadError> {
+    std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+    for (name, df) in [
+        ("applications", &mut frames.applications),
+        ("connected_accounts", &mut frames.connected_accounts),
+        ("content_daily", &mut frames.content_daily),
+        ("wow_deltas", &mut frames.wow_deltas),
+        ("weekly_totals", &mut frames.weekly_totals),
+        ("post_count_cohorts", &mut frames.post_count_cohorts),
+    ] {
+        let path = dir.join(format!("{name}.parquet"));
+        let file = std::fs::File::create(&path).map_err(io_err("create", &path))?;
+        ParquetWriter::new(file)
+            .with_compression(ParquetCompression::Uncompressed)
+            .finish(df)
+            .map_err(|e| LoadError::Parquet { path: path.display().to_string(), message: e.to_string() })?;
+    }
+    Ok(())
+}
+
+/// Crash points for the crash-safety tests (`CREATOR_ETL_CRASH_AT`); never set in normal use.
+fn crash_point(name: &str) {
+    if std::env::var("CREATOR_ETL_CRASH_AT").is_ok_and(|v| v == name) {
+        eprintln!("crash injected at `{name}`");
+        std::process::abort();
+    }
+}
+
+/// Exports every table to `OUT/parquet/<table>/`, each switched into place atomically.
+pub fn export_parquet(conn: &duckdb::Connection, out: &OutDir, run_id: &str) -> Result<(), LoadError> {
+    let root = out.root().join("parquet");
+    std::fs::create_dir_all(&root).map_err(io_err("create", &root))?;
+    for (i, table) in warehouse::exported_tables().into_iter().enumerate() {
+        let version = root.join(format!(".{table}-{run_id}-{}", crate::out::new_run_id()));
+        let partition = matches!(table, "content_daily" | "wow_deltas");
+        let target = if partition { version.clone() } else { version.join("data.parquet") };
+        if !partition {
+            std::fs::create_dir_all(&version).map_err(io_err("create", &version))?;
+        }
+        let select = if partition {
+            format!("SELECT *, year(date) AS year FROM {table} ORDER BY {}", warehouse::order_by(table))
+        } else {
+            format!("SELECT * FROM {table} ORDER BY {}", warehouse::order_by(table))
+        };
+        let options = if partition {
+            "FORMAT parquet, COMPRESSION zstd, PARTITION_BY (year)"
+        } else {
+            "FORMAT parquet, COMPRESSION zstd"
+        };
+        let path = target.display().to_string().replace('\'', "''");
+        conn.execute_batch(&format!("COPY ({select}) TO '{path}' ({options});"))
+            .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))?;
+        // Switch the table's path to the new version: one rename of a symlink.
+        let link = root.join(table);
+        let tmp_link = root.join(format!(".{table}.link-{run_id}"));
+        let _ = std::fs::remove_file(&tmp_link);
+        let rel = version.file_name().expect("version dir has a name");
+        std::os::unix::fs::symlink(rel, &tmp_link).map_err(io_err("link", &tmp_link))?;
+        let old = std::fs::read_link(&link).ok();
+        if link.is_dir() && !link.is_symlink() {
+            std::fs::remove_dir_all(&link).map_err(io_err("remove", &link))?;
+        }
+        std::fs::rename(&tmp_link, &link).map_err(io_err("switch", &link))?;
+        if let Some(old) = old {
+            let _ = std::fs::remove_dir_all(root.join(old));
+        }
+        if i == 0 {
+            crash_point("export-after-first-table");
+        }
+    }
+    // Versions left by an interrupted export are no longer referenced.
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        let live: Vec<PathBuf> =
+            warehouse::exported_tables().iter().filter_map(|t| std::fs::read_link(root.join(t)).ok()).collect();
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name.to_string_lossy().starts_with('.') && !live.iter().any(|l| l.as_os_str() == name) {
+                let _ = std::fs::remove_dir_all(e.path());
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    conn.execute("UPDATE runs SET parquet_exported = true WHERE run_id = ?", [run_id])
+        .map_err(|e| LoadError::db("record the export", e))?;
+    Ok(())
+}
+
+/// Redoes the Parquet export of the last loaded run if a crash interrupted it.
+pub fn finish_interrupted_export(conn: &duckdb::Connection, out: &OutDir) -> Result<(), LoadError> {
+    let pending: Option<String> = conn
+        .query_row("SELECT run_id FROM runs WHERE NOT parquet_exported ORDER BY finished_at DESC LIMIT 1", [], |r| {
+            r.get(0)
+        })
+        .ok();
+    if let Some(run_id) = pending {
+        tracing::warn!(run_id = %run_id, "the last load's Parquet export was interrupted; exporting again");
+        export_parquet(conn, out, &run_id)?;
+        conn.execute("UPDATE runs SET parquet_exported = true", [])
+            .map_err(|e| LoadError::db("record the export", e))?;
+    }
+    Ok(())
+}
+
+/// The newest raw run that finished extracting.
+pub fn latest_complete_run(out: &OutDir) -> Result<String, LoadError> {
+    let mut runs: Vec<(DateTime<Utc>, String)> = vec![];
+    if let Ok(entries) = std::fs::read_dir(out.raw_root()) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if !p.join("COMPLETE").exists() {
+                continue;
+            }
+            if let Some(spec) = std::fs::read(p.join("run.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<crate::extract::RunSpec>(&b).ok())
+            {
+                runs.push((spec.created_at, spec.run_id));
+            }
+        }
+    }
+    runs.sort();
+    runs.pop().map(|(_, id)| id).ok_or_else(|| LoadError::NoRuns(out.raw_root().display().to_string()))
+}
+
+/// Loads a raw run into the warehouse and the Parquet tree. The caller holds the lock.
+pub fn run(config: &LoadConfig, run_id: &str, extract_report: Option<&ExtractReport>) -> Result<LoadReport, LoadError> {
+    let extracted = read_extracted(&config.out, run_id)?;
+    if !extracted.complete {
+        return Err(LoadError::Incomplete(run_id.to_owned()));
+    }
+    load_extracted(config, &extracted, extract_report)
+}
+
+/// Loads extracted data (read from a landing, or built by a benchmark).
+pub fn load_extracted(
+    config: &LoadConfig,
+    extracted: &Extracted,
+    extract_report: Option<&ExtractReport>,
+) -> Result<LoadReport, LoadError> {
+    let started = Instant::now();
+    let run_id = extracted.spec.run_id.as_str();
+    let mut stages_ms = BTreeMap::new();
+    let mut lap = {
+        let mut t = Instant::now();
+        move |name: &str, stages: &mut BTreeMap<String, u64>| {
+            stages.insert(name.to_owned(), t.elapsed().as_millis() as u64);
+            t = Instant::now();
+        }
+    };
+    let db_path = config.out.root().join("warehouse.duckdb");
+    let conn = warehouse::open(&db_path)?;
+    finish_interrupted_export(&conn, &config.out)?;
+    let merged_content = merge_content(warehouse::content(&conn)?, &extracted.content);
+    let mut apps: Vec<Observation> = extracted.applications.clone();
+    if let Some(keep) = out_of_scope(&extracted.spec.statuses, extracted.spec.campaign_id) {
+        let ids: std::collections::HashSet<i64> = apps.iter().map(|o| o.app.id).collect();
+        apps.extend(warehouse::applications_where(&conn, &keep)?.into_iter().filter(|o| !ids.contains(&o.app.id)));
+    }
+    apps.sort_by_key(|o| o.app.id);
+    lap("read_state", &mut stages_ms);
+    let windows = crate::extract::landing::windows(extracted.spec.from, extracted.spec.to, extracted.spec.window_days);
+    let mut quality = check_quality(&merged_content, &extracted.content, &windows);
+    quality.duplicate_keys = apps.windows(2).filter(|w| w[0].app.id == w[1].app.id).count() as u64;
+    apps.dedup_by_key(|o| o.app.id);
+    if quality.duplicate_keys > 0 {
+        quality.findings.push(format!("{} duplicate application ids (kept once)", quality.duplicate_keys));
+    }
+
+    let mut frames = transform::run(&apps, &merged_content, &config.cohort_edges)?;
+    lap("transform", &mut stages_ms);
+    let staging = config.out.root().join(".staging").join(run_id);
+    stage(&mut frames, &staging)?;
+    drop(frames);
+    lap("stage", &mut stages_ms);
+    let mut sql = String::from("BEGIN TRANSACTION;\n");
+    sql.push_str(&warehouse::swap_in_sql(&staging));
+    if let Err(e) = conn.execute_batch(&sql) {
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(LoadError::db("load the run's tables", e));
+    }
+    let result = (|| {
+        quality.status_changes = warehouse::record_history(&conn)?;
+        if quality.status_changes > 0 {
+            quality
+                .findings
+                .push(format!("{} applications changed status since the previous load", quality.status_changes));
+        }
+        if config.strict && (quality.last_mismatches > 0 || quality.total_mismatches > 0 || quality.duplicate_keys > 0)
+        {
+            return Err(LoadError::Strict(quality.findings.join("; ")));
+        }
+        let rows = warehouse::row_counts(&conn)?;
+        record_run(&conn, run_id, extract_report, &rows, &quality, &stages_ms)?;
+        crash_point("load-before-commit");
+        conn.execute_batch("COMMIT;").map_err(|e| LoadError::db("commit the load", e))?;
+        Ok(rows)
+    })();
+    let rows = match result {
+        Ok(rows) => rows,
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
+    };
+    lap("transaction", &mut stages_ms);
+    let _ = std::fs::remove_dir_all(&staging);
+    export_parquet(&conn, &config.out, run_id)?;
+    lap("export", &mut stages_ms);
+    stages_ms.insert("total".to_owned(), started.elapsed().as_millis() as u64);
+    for f in &quality.findings {
+        tracing::warn!(finding = %f, "data quality");
+    }
+    Ok(LoadReport {
+        run_id: run_id.to_owned(),
+        warehouse: db_path,
+        parquet_dir: config.out.root().join("parquet"),
+        rows,
+        quality,
+        stages_ms,
+    })
+}
+
+fn record_run(
+    conn: &duckdb::Connection,
+    run_id: &str,
+    report: Option<&ExtractReport>,
+    rows: &BTreeMap<String, u64>,
+    quality: &QualityReport,
+    stages_ms: &BTreeMap<String, u64>,
+) -> Result<(), LoadError> {
+    let transform_ms = stages_ms.get("transform").copied().unwrap_or_default();
+    let load_ms: u64 = stages_ms.iter().filter(|(k, _)| *k != "transform").map(|(_, v)| v).sum();
+    let json = |v: serde_json::Value| v.to_string();
+    let requests = report.map(|r| &r.requests);
+    let warnings: Vec<String> =
+        report.map(|r| r.warnings.clone()).unwrap_or_default().into_iter().chain(quality.findings.clone()).collect();
+    conn.execute(
+        "INSERT OR REPLACE INTO runs (run_id, started_at, finished_at, status, extract_ms, transform_ms, load_ms, \
+         requests, retries, rate_limited, pacing_wait_ms, rows_json, warnings_json, status_changes, \
+         parquet_exported, report_json, warnings) \
+         VALUES (?, ?::TIMESTAMPTZ, now(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false, ?, ?)",
+        duckdb::params![
+            run_id,
+            report.map(|r| r.started_at.to_rfc3339()),
+            report.map_or("loaded".to_owned(), |r| r.status.clone()),
+            report.and_then(|r| r.durations_ms.get("extract").copied()).map(|v| v as i64),
+            transform_ms as i64,
+            load_ms as i64,
+            requests.map(|m| m.requests_total as i64),
+            requests.map(|m| m.retries as i64),
+            requests.map(|m| m.rate_limited as i64),
+            requests.map(|m| m.pacing_wait_ms as i64),
+            json(serde_json::json!(rows)),
+            json(serde_json::json!(warnings)),
+            quality.status_changes as i64,
+            report.map(|r| serde_json::to_string(r).unwrap_or_default()),
+            warnings.len() as i64,
+        ],
+    )
+    .map_err(|e| LoadError::db("record the run in `runs`", e))?;
+    Ok(())
+}

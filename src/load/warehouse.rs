@@ -1,0 +1,370 @@
+//! The DuckDB warehouse: schema and migrations, reading the previous state, swapping in a run's
+//! tables in one transaction, the status history (SCD2), the runs ledger, and the Parquet export.
+
+use std::path::Path;
+
+use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use duckdb::{params, Connection};
+
+use super::LoadError;
+use crate::api::models::{Application, ApplicationStatus, ConnectedAccount, Provider, SignupSource};
+use crate::extract::{ContentRow, Metric, Observation};
+
+/// The schema this version writes. Older warehouses are migrated in place by [`migrate`].
+pub const SCHEMA_VERSION: i32 = 2;
+
+/// Tables replaced wholesale by each load, with their DDL (primary keys included).
+pub const TABLES: [(&str, &str); 6] = [
+    (
+        "applications",
+        "id BIGINT PRIMARY KEY, status VARCHAR NOT NULL, campaign_id BIGINT NOT NULL, campaign_name VARCHAR, \
+         user_id BIGINT NOT NULL, creator_name VARCHAR, email VARCHAR, signup_source VARCHAR, \
+         applied_at TIMESTAMPTZ NOT NULL, account_count BIGINT NOT NULL, total_monthly_posts BIGINT NOT NULL, \
+         first_seen_at TIMESTAMPTZ NOT NULL, last_seen_at TIMESTAMPTZ NOT NULL",
+    ),
+    (
+        "connected_accounts",
+        "application_id BIGINT NOT NULL, account_id BIGINT NOT NULL, provider VARCHAR, username VARCHAR, \
+         monthly_post_count BIGINT NOT NULL, PRIMARY KEY (application_id, account_id)",
+    ),
+    (
+        "content_daily",
+        "metric VARCHAR NOT NULL, date DATE NOT NULL, last_date DATE NOT NULL, current BIGINT NOT NULL, \
+         last BIGINT NOT NULL, PRIMARY KEY (metric, date)",
+    ),
+    (
+        "wow_deltas",
+        "metric VARCHAR NOT NULL, date DATE NOT NULL, current BIGINT NOT NULL, last BIGINT NOT NULL, \
+         delta BIGINT NOT NULL, pct_change DOUBLE, current_7d BIGINT, last_7d BIGINT, delta_7d BIGINT, \
+         pct_change_7d DOUBLE, PRIMARY KEY (metric, date)",
+    ),
+    (
+        "weekly_totals",
+        "metric VARCHAR NOT NULL, week_start DATE NOT NULL, total BIGINT NOT NULL, previous_total BIGINT, \
+         delta BIGINT, pct_change DOUBLE, complete BOOLEAN NOT NULL, PRIMARY KEY (metric, week_start)",
+    ),
+    (
+        "post_count_cohorts",
+        "applied_month DATE NOT NULL, bucket VARCHAR NOT NULL, bucket_min BIGINT, bucket_max BIGINT, \
+         status VARCHAR NOT NULL, applications BIGINT NOT NULL, creators BIGINT NOT NULL, accounts BIGINT NOT NULL, \
+         total_monthly_posts BIGINT NOT NULL, PRIMARY KEY (applied_month, bucket, status)",
+    ),
+];
+
+/// Order of each table's rows in the Parquet export (its key).
+pub fn order_by(table: &str) -> &'static str {
+    match table {
+        "applications" => "id",
+        "connected_accounts" => "application_id, account_id",
+        "content_daily" | "wow_deltas" => "metric, date",
+        "weekly_totals" => "metric, week_start",
+        "post_count_cohorts" => "applied_month, bucket, status",
+        "application_status_history" => "id, valid_from",
+        _ => "run_id",
+    }
+}
+
+const V1: &str = "
+CREATE TABLE IF NOT EXISTS application_status_history (
+    id BIGINT NOT NULL, status VARCHAR NOT NULL, valid_from TIMESTAMPTZ NOT NULL, valid_to TIMESTAMPTZ,
+    PRIMARY KEY (id, valid_from));
+CREATE TABLE IF NOT EXISTS runs (
+    run_id VARCHAR PRIMARY KEY, started_at TIMESTAMPTZ, finished_at TIMESTAMPTZ, status VARCHAR NOT NULL,
+    extract_ms BIGINT, transform_ms BIGINT, load_ms BIGINT, requests BIGINT, retries BIGINT, rate_limited BIGINT,
+    pacing_wait_ms BIGINT, rows_json VARCHAR, warnings_json VARCHAR, status_changes BIGINT,
+    parquet_exported BOOLEAN NOT NULL DEFAULT false, report_json VARCHAR);
+";
+
+/// Version 2: the actions journal (one row per sent action and run), every row's result, and a
+/// warning count in `runs` (queries need not parse `warnings_json`).
+const V2: &str = "
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS warnings BIGINT;
+UPDATE runs SET warnings = 0 WHERE warnings IS NULL;
+CREATE TABLE IF NOT EXISTS action_journal (
+    fingerprint VARCHAR NOT NULL, run_id VARCHAR NOT NULL, file VARCHAR NOT NULL, line BIGINT NOT NULL,
+    row_id VARCHAR, action VARCHAR NOT NULL, target VARCHAR NOT NULL, body_json VARCHAR NOT NULL,
+    outcome VARCHAR NOT NULL, http_status INTEGER, message VARCHAR, response_excerpt VARCHAR,
+    intent_at TIMESTAMPTZ NOT NULL, outcome_at TIMESTAMPTZ,
+    PRIMARY KEY (fingerprint, run_id));
+CREATE TABLE IF NOT EXISTS action_results (
+    run_id VARCHAR NOT NULL, file VARCHAR NOT NULL, line BIGINT NOT NULL, row_id VARCHAR, action VARCHAR NOT NULL,
+    target VARCHAR NOT NULL, approved BOOLEAN NOT NULL, outcome VARCHAR NOT NULL, http_status INTEGER,
+    message VARCHAR, fingerprint VARCHAR NOT NULL, reviewer VARCHAR, finished_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (run_id, line));
+";
+
+/// Acceptance rate per post-count bucket: accepted / (accepted + rejected).
+const COHORT_ACCEPTANCE: &str = "
+CREATE OR REPLACE VIEW cohort_acceptance AS
+SELECT bucket, bucket_min, bucket_max,
+       CAST(coalesce(sum(applications) FILTER (WHERE status = 'accepted'), 0) AS BIGINT) AS accepted,
+       CAST(coalesce(sum(applications) FILTER (WHERE status = 'rejected'), 0) AS BIGINT) AS rejected,
+       CAST(sum(applications) FILTER (WHERE status = 'accepted') AS DOUBLE)
+         / nullif(sum(applications) FILTER (WHERE status IN ('accepted', 'rejected')), 0) AS acceptance_rate
+FROM post_count_cohorts
+GROUP BY bucket, bucket_min, bucket_max
+ORDER BY bucket_min NULLS FIRST;
+";
+
+/// Opens (creating) the warehouse and brings its schema to [`SCHEMA_VERSION`].
+pub fn open(path: &Path) -> Result<Connection, LoadError> {
+    let conn = Connection::open(path).map_err(|e| LoadError::db(format!("open `{}`", path.display()), e))?;
+    no_downloads(&conn).map_err(|e| LoadError::db("configure the connection", e))?;
+    migrate(&conn)?;
+    Ok(conn)
+}
+
+/// Forbids DuckDB to download extensions at run time: a scheduled job must not fetch code, and
+/// offline it would only fail later with a network error. The bundled DuckDB has no ICU, so it
+/// has no session time zone: TIMESTAMPTZ values are UTC throughout, which is what the tables mean.
+pub fn no_downloads(conn: &Connection) -> duckdb::Result<()> {
+    conn.execute_batch("SET autoinstall_known_extensions = false;")
+}
+
+/// Applies every migration above the warehouse's version, each in its own transaction.
+pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_at TIMESTAMPTZ NOT NULL);",
+    )
+    .map_err(|e| LoadError::db("create `schema_version`", e))?;
+    let current: i32 = conn
+        .query_row("SELECT coalesce(max(version), 0) FROM schema_version", [], |r| r.get(0))
+        .map_err(|e| LoadError::db("read the schema version", e))?;
+    if current > SCHEMA_VERSION {
+        return Err(LoadError::NewerSchema { found: current, supported: SCHEMA_VERSION });
+    }
+    let migrations: [(i32, &str); 2] = [(1, V1), (2, V2)];
+    for (version, sql) in migrations.iter().filter(|(v, _)| *v > current) {
+        let mut batch = format!("BEGIN TRANSACTION;\n{sql}\n");
+        if *version == 1 {
+            for (name, ddl) in TABLES {
+                batch.push_str(&format!("CREATE TABLE IF NOT EXISTS {name} ({ddl});\n"));
+            }
+            batch.push_str(COHORT_ACCEPTANCE);
+        }
+        batch.push_str(&format!("INSERT INTO schema_version VALUES ({version}, now());\nCOMMIT;"));
+        if let Err(e) = conn.execute_batch(&batch) {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(LoadError::db(format!("migrate to schema version {version}"), e));
+        }
+        tracing::info!(version, "warehouse schema migrated");
+    }
+    Ok(SCHEMA_VERSION)
+}
+
+fn ts(us: i64) -> DateTime<Utc> {
+    Utc.timestamp_micros(us).single().unwrap_or_default()
+}
+
+/// Content already in the warehouse.
+pub fn content(conn: &Connection) -> Result<Vec<ContentRow>, LoadError> {
+    let mut stmt = conn
+        .prepare("SELECT metric, CAST(date AS VARCHAR), CAST(last_date AS VARCHAR), current, last FROM content_daily")
+        .map_err(|e| LoadError::db("read `content_daily`", e))?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        })
+        .map_err(|e| LoadError::db("read `content_daily`", e))?;
+    let mut out = vec![];
+    for row in rows {
+        let (metric, date, last_date, current, last) = row.map_err(|e| LoadError::db("read `content_daily`", e))?;
+        let parse = |s: &str| NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap_or_default();
+        out.push(ContentRow {
+            metric: if metric == "likes" { Metric::Likes } else { Metric::Views },
+            date: parse(&date),
+            last_date: parse(&last_date),
+            current,
+            last,
+            total: 0,
+            last_total: 0,
+        });
+    }
+    Ok(out)
+}
+
+/// Applications (with their accounts) already in the warehouse that match `keep`, as
+/// observations at their `last_seen_at`.
+pub fn applications_where(conn: &Connection, keep: &str) -> Result<Vec<Observation>, LoadError> {
+    let sql = format!(
+        "SELECT id, status, campaign_id, campaign_name, user_id, creator_name, email, signup_source, \
+         epoch_us(applied_at), epoch_us(last_seen_at) FROM applications WHERE {keep} ORDER BY id"
+    );
+    let mut stmt = conn.prepare(&sql).map_err(|e| LoadError::db("read `applications`", e))?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(Observation {
+                seq: 0,
+                first_pass: 1,
+                observed_at: ts(r.get(9)?),
+                app: Application {
+                    id: r.get(0)?,
+                    status: ApplicationStatus::parse(&r.get::<_, String>(1)?),
+                    campaign_id: r.get(2)?,
+                    campaign_name: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+                    user_id: r.get(4)?,
+                    creator_name: r.get::<_, Option<String>>(5)?.unwrap_or_default(),
+                    email: r.get(6)?,
+                    signup_source: SignupSource::parse(&r.get::<_, Option<String>>(7)?.unwrap_or_default()),
+                    connected_accounts: vec![],
+                    applied_at: ts(r.get(8)?),
+                },
+            })
+        })
+        .map_err(|e| LoadError::db("read `applications`", e))?;
+    let mut apps = vec![];
+    for r in rows {
+        apps.push(r.map_err(|e| LoadError::db("read `applications`", e))?);
+    }
+    if apps.is_empty() {
+        return Ok(apps);
+    }
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT application_id, account_id, provider, username, monthly_post_count FROM connected_accounts \
+             WHERE application_id IN (SELECT id FROM applications WHERE {keep}) ORDER BY application_id, account_id"
+        ))
+        .map_err(|e| LoadError::db("read `connected_accounts`", e))?;
+    let accounts = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                ConnectedAccount {
+                    id: r.get(1)?,
+                    provider: Provider::parse(&r.get::<_, Option<String>>(2)?.unwrap_or_default()),
+                    username: r.get(3)?,
+                    monthly_post_count: r.get(4)?,
+                },
+            ))
+        })
+        .map_err(|e| LoadError::db("read `connected_accounts`", e))?;
+    let mut by_app: std::collections::HashMap<i64, Vec<ConnectedAccount>> = Default::default();
+    for a in accounts {
+        let (app_id, account) = a.map_err(|e| LoadError::db("read `connected_accounts`", e))?;
+        by_app.entry(app_id).or_default().push(account);
+    }
+    for o in &mut apps {
+        o.app.connected_accounts = by_app.remove(&o.app.id).unwrap_or_default();
+    }
+    Ok(apps)
+}
+
+/// The statements that replace every table from the staged Parquet files and record history,
+/// to run inside one transaction. Each table is built under a new name and swapped in, so a
+/// reader or a crash sees either the old table or the new one.
+pub fn swap_in_sql(staging: &Path) -> String {
+    let mut sql = String::new();
+    for (name, ddl) in TABLES {
+        let file = staging.join(format!("{name}.parquet"));
+        let file = file.display().to_string().replace('\'', "''");
+        sql.push_str(&format!(
+            "DROP TABLE IF EXISTS {name}__new;\n\
+             CREATE TABLE {name}__new ({ddl});\n\
+             INSERT INTO {name}__new BY NAME SELECT * FROM read_parquet('{file}');\n\
+             DROP TABLE {name};\n\
+             ALTER TABLE {name}__new RENAME TO {name};\n"
+        ));
+    }
+    sql
+}
+
+/// SCD2 on `application_status_history`: close the current row of every application whose
+/// status changed and open a new one; first sightings open a row. Returns the changes.
+pub fn record_history(conn: &Connection) -> Result<u64, LoadError> {
+    let changed = conn
+        .execute(
+            "UPDATE application_status_history AS h SET valid_to = a.last_seen_at \
+             FROM applications AS a \
+             WHERE h.id = a.id AND h.valid_to IS NULL AND h.status <> a.status AND a.last_seen_at > h.valid_from",
+            params![],
+        )
+        .map_err(|e| LoadError::db("close changed statuses in `application_status_history`", e))?;
+    conn.execute_batch(
+        "INSERT INTO application_status_history \
+         SELECT a.id, a.status, a.last_seen_at, NULL FROM applications AS a \
+         WHERE NOT EXISTS (SELECT 1 FROM application_status_history AS h WHERE h.id = a.id AND h.valid_to IS NULL);\n\
+         UPDATE applications AS a SET first_seen_at = f.first FROM \
+         (SELECT id, min(valid_from) AS first FROM application_status_history GROUP BY id) AS f \
+         WHERE a.id = f.id AND f.first < a.first_seen_at;",
+    )
+    .map_err(|e| LoadError::db("open statuses in `application_status_history`", e))?;
+    Ok(changed as u64)
+}
+
+/// Rows per table, for the report and the ledger.
+pub fn row_counts(conn: &Connection) -> Result<std::collections::BTreeMap<String, u64>, LoadError> {
+    let mut out = std::collections::BTreeMap::new();
+    for name in TABLES.iter().map(|(n, _)| *n).chain(["application_status_history"]) {
+        let n: i64 = conn
+            .query_row(&format!("SELECT count(*) FROM {name}"), [], |r| r.get(0))
+            .map_err(|e| LoadError::db(format!("count `{name}`"), e))?;
+        out.insert(name.to_owned(), n as u64);
+    }
+    Ok(out)
+}
+
+/// Every table of the Parquet export: the replaced ones and the history.
+pub fn exported_tables() -> Vec<&'static str> {
+    TABLES.iter().map(|(n, _)| *n).chain(["application_status_history"]).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_bring_an_empty_warehouse_to_the_current_version_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.duckdb");
+        let conn = open(&path).unwrap();
+        let versions: i64 = conn.query_row("SELECT count(*) FROM schema_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(versions, i64::from(SCHEMA_VERSION), "one row per migration");
+        drop(conn);
+        let conn = open(&path).unwrap();
+        let versions: i64 = conn.query_row("SELECT count(*) FROM schema_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(versions, i64::from(SCHEMA_VERSION), "opening again migrates nothing");
+        for (name, _) in TABLES {
+            conn.query_row(&format!("SELECT count(*) FROM {name}"), [], |r| r.get::<_, i64>(0)).unwrap();
+        }
+        conn.query_row("SELECT count(*) FROM cohort_acceptance", [], |r| r.get::<_, i64>(0)).unwrap();
+    }
+
+    /// A warehouse written by the version-1 creator-etl (before the actions journal) gains the
+    /// journal tables in place, keeping its data.
+    #[test]
+    fn a_version_1_warehouse_upgrades_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.duckdb");
+        let conn = open(&path).unwrap();
+        conn.execute_batch(
+            "DROP TABLE action_journal; DROP TABLE action_results; DELETE FROM schema_version WHERE version = 2;
+             INSERT INTO runs (run_id, status) VALUES ('old-run', 'completed');",
+        )
+        .unwrap();
+        drop(conn);
+        let conn = open(&path).unwrap();
+        let version: i32 = conn.query_row("SELECT max(version) FROM schema_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, 2);
+        conn.query_row("SELECT count(*) FROM action_journal", [], |r| r.get::<_, i64>(0)).unwrap();
+        let kept: i64 = conn.query_row("SELECT count(*) FROM runs WHERE run_id = 'old-run'", [], |r| r.get(0)).unwrap();
+        assert_eq!(kept, 1);
+    }
+
+    #[test]
+    fn a_newer_warehouse_is_refused_with_a_clear_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.duckdb");
+        let conn = open(&path).unwrap();
+        conn.execute_batch("INSERT INTO schema_version VALUES (99, now());").unwrap();
+        drop(conn);
+        let err = open(&path).unwrap_err();
+        assert!(matches!(err, LoadError::NewerSchema { found: 99, .. }), "{err}");
+        assert!(err.to_string().contains("upgrade creator-etl"));
+    }
+}

@@ -1,0 +1,327 @@
+//! Transform: the analysts' tables as Polars frames, built from what extract landed.
+//!
+//! - `applications` and `connected_accounts`: one row per application (as last observed) and per
+//!   listed account.
+//! - `content_daily`: one row per (metric, date).
+//! - `wow_deltas`: the API's week-over-week comparison per day, plus 7-day sums that are NULL
+//!   unless all 14 days they need are loaded.
+//! - `weekly_totals`: ISO weeks (Monday start) with the previous week's total.
+//! - `post_count_cohorts`: applications by applied month, post-count bucket and status.
+//!
+//! Dates are handled as day numbers (days since 1970-01-01) inside the lazy plans and cast to
+//! DATE at the end: exact integer arithmetic, no time zones involved. Timestamps are UTC.
+
+use chrono::{Datelike, NaiveDate};
+use polars::prelude::*;
+use thiserror::Error;
+
+use crate::extract::{ContentRow, Observation};
+
+#[derive(Debug, Error)]
+pub enum TransformError {
+    #[error("cohort edges must be strictly increasing positive integers, got {0:?}")]
+    Edges(Vec<i64>),
+    #[error("building the `{table}` frame failed: {source}")]
+    Polars {
+        table: &'static str,
+        // Not `#[source]`: the message says it.
+        source: PolarsError,
+    },
+}
+
+/// Default bucket edges of `total_monthly_posts`: `0`, `1-4`, `5-12`, `13-30`, `31+`.
+pub const DEFAULT_COHORT_EDGES: [i64; 4] = [1, 5, 13, 31];
+
+/// Every table the warehouse receives, by name.
+#[derive(Debug)]
+pub struct Frames {
+    pub applications: DataFrame,
+    pub connected_accounts: DataFrame,
+    pub content_daily: DataFrame,
+    pub wow_deltas: DataFrame,
+    pub weekly_totals: DataFrame,
+    pub post_count_cohorts: DataFrame,
+}
+
+impl Frames {
+    /// `(name, frame)` in load order.
+    pub fn tables(&self) -> [(&'static str, &DataFrame); 6] {
+        [
+            ("applications", &self.applications),
+            ("connected_accounts", &self.connected_accounts),
+            ("content_daily", &self.content_daily),
+            ("wow_deltas", &self.wow_deltas),
+            ("weekly_totals", &self.weekly_totals),
+            ("post_count_cohorts", &self.post_count_cohorts),
+        ]
+    }
+}
+
+fn ctx(table: &'static str) -> impl FnOnce(PolarsError) -> TransformError {
+    move |source| TransformError::Polars { table, source }
+}
+
+const EPOCH: NaiveDate = NaiveDate::from_ymd_opt(1970, 1, 1).expect("valid date");
+
+fn day_number(d: NaiveDate) -> i32 {
+    (d - EPOCH).num_days() as i32
+}
+
+/// A post-count bucket: label and bounds (`max` is `None` for the open top bucket).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    pub label: String,
+    pub min: Option<i64>,
+    pub max: Option<i64>,
+}
+
+/// The buckets for these edges: `no_accounts`, then `[0, e0)`, `[e0, e1)`, …, `[e_last, ∞)`.
+pub fn buckets(edges: &[i64]) -> Result<Vec<Bucket>, TransformError> {
+    if edges.is_empty() || edges[0] < 1 || edges.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(TransformError::Edges(edges.to_vec()));
+    }
+    let label = |lo: i64, hi: i64| if hi - lo == 1 { lo.to_string() } else { format!("{lo}-{}", hi - 1) };
+    let mut out = vec![Bucket { label: "no_accounts".into(), min: None, max: None }];
+    let mut lo = 0;
+    for &hi in edges {
+        out.push(Bucket { label: label(lo, hi), min: Some(lo), max: Some(hi - 1) });
+        lo = hi;
+    }
+    out.push(Bucket { label: format!("{lo}+"), min: Some(lo), max: None });
+    Ok(out)
+}
+
+/// The bucket of an application with these accounts and posts.
+pub fn bucket_of<'a>(buckets: &'a [Bucket], account_count: usize, posts: i64) -> &'a Bucket {
+    if account_count == 0 {
+        return &buckets[0];
+    }
+    buckets[1..]
+        .iter()
+        .find(|b| b.min.is_some_and(|m| posts >= m) && b.max.is_none_or(|m| posts <= m))
+        .unwrap_or(&buckets[0])
+}
+
+fn micros(t: chrono::DateTime<chrono::Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+fn datetime_col(name: &str, values: Vec<i64>) -> PolarsResult<Column> {
+    Column::new(name.into(), values).cast(&DataType::Datetime(TimeUnit::Microseconds, None))
+}
+
+fn date_col(name: &str, values: Vec<i32>) -> PolarsResult<Column> {
+    Column::new(name.into(), values).cast(&DataType::Date)
+}
+
+fn applications_frame(apps: &[Observation]) -> PolarsResult<(DataFrame, DataFrame)> {
+    let mut account_rows: (Vec<i64>, Vec<i64>, Vec<String>, Vec<Option<String>>, Vec<i64>) = Default::default();
+    for o in apps {
+        for a in &o.app.connected_accounts {
+            account_rows.0.push(o.app.id);
+            account_rows.1.push(a.id);
+            account_rows.2.push(a.provider.to_string());
+            account_rows.3.push(a.username.clone());
+            account_rows.4.push(a.monthly_post_count);
+        }
+    }
+    let apps_df = DataFrame::new_infer_height(vec![
+        Column::new("id".into(), apps.iter().map(|o| o.app.id).collect::<Vec<_>>()),
+        Column::new("status".into(), apps.iter().map(|o| o.app.status.to_string()).collect::<Vec<_>>()),
+        Column::new("campaign_id".into(), apps.iter().map(|o| o.app.campaign_id).collect::<Vec<_>>()),
+        Column::new("campaign_name".into(), apps.iter().map(|o| o.app.campaign_name.clone()).collect::<Vec<_>>()),
+        Column::new("user_id".into(), apps.iter().map(|o| o.app.user_id).collect::<Vec<_>>()),
+        Column::new("creator_name".into(), apps.iter().map(|o| o.app.creator_name.clone()).collect::<Vec<_>>()),
+        Column::new("email".into(), apps.iter().map(|o| o.app.email.clone()).collect::<Vec<_>>()),
+        Column::new("signup_source".into(), apps.iter().map(|o| o.app.signup_source.to_string()).collect::<Vec<_>>()),
+        datetime_col("applied_at", apps.iter().map(|o| micros(o.app.applied_at)).collect())?,
+        Column::new(
+            "account_count".into(),
+            apps.iter().map(|o| o.app.connected_accounts.len() as i64).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "total_monthly_posts".into(),
+            apps.iter()
+                .map(|o| o.app.connected_accounts.iter().map(|a| a.monthly_post_count).sum::<i64>())
+                .collect::<Vec<_>>(),
+        ),
+        datetime_col("first_seen_at", apps.iter().map(|o| micros(o.observed_at)).collect())?,
+        datetime_col("last_seen_at", apps.iter().map(|o| micros(o.observed_at)).collect())?,
+    ])?;
+    let accounts_df = DataFrame::new_infer_height(vec![
+        Column::new("application_id".into(), account_rows.0),
+        Column::new("account_id".into(), account_rows.1),
+        Column::new("provider".into(), account_rows.2),
+        Column::new("username".into(), account_rows.3),
+        Column::new("monthly_post_count".into(), account_rows.4),
+    ])?;
+    Ok((apps_df, accounts_df))
+}
+
+/// `content_daily` with a helper `day` column (day number), sorted by metric and date.
+fn content_frame(rows: &[ContentRow]) -> PolarsResult<DataFrame> {
+    DataFrame::new_infer_height(vec![
+        Column::new("metric".into(), rows.iter().map(|r| r.metric.as_str()).collect::<Vec<_>>()),
+        date_col("date", rows.iter().map(|r| day_number(r.date)).collect())?,
+        date_col("last_date", rows.iter().map(|r| day_number(r.last_date)).collect())?,
+        Column::new("current".into(), rows.iter().map(|r| r.current).collect::<Vec<_>>()),
+        Column::new("last".into(), rows.iter().map(|r| r.last).collect::<Vec<_>>()),
+    ])?
+    .lazy()
+    .sort(["metric", "date"], SortMultipleOptions::default())
+    .collect()
+}
+
+/// `a / b` as a rate, NULL when `b` is 0 or NULL.
+fn rate(a: Expr, b: Expr) -> Expr {
+    when(b.clone().eq(lit(0)).or(b.clone().is_null()))
+        .then(lit(NULL).cast(DataType::Float64))
+        .otherwise(a.cast(DataType::Float64) / b.cast(DataType::Float64))
+}
+
+fn wow_frame(content: &DataFrame) -> PolarsResult<DataFrame> {
+    let cd = content.clone().lazy().with_column(col("date").cast(DataType::Int32).alias("day"));
+    let offsets = DataFrame::new_infer_height(vec![Column::new("k".into(), (0i32..14).collect::<Vec<_>>())])?;
+    // Each day paired with the 14 days ending on it: k = 0..6 is its week, 7..13 the week before.
+    let sums = cd
+        .clone()
+        .select([col("metric"), col("day")])
+        .cross_join(offsets.lazy(), None)
+        .with_column((col("day") - col("k")).alias("src_day"))
+        .join(
+            cd.clone().select([col("metric"), col("day").alias("src_day"), col("current").alias("src_current")]),
+            [col("metric"), col("src_day")],
+            [col("metric"), col("src_day")],
+            JoinArgs::new(JoinType::Left),
+        )
+        .group_by([col("metric"), col("day")])
+        .agg([
+            col("src_current").filter(col("k").lt(lit(7))).sum().alias("cur_sum"),
+            col("src_current").filter(col("k").lt(lit(7))).count().alias("cur_n"),
+            col("src_current").filter(col("k").gt_eq(lit(7))).sum().alias("prev_sum"),
+            col("src_current").filter(col("k").gt_eq(lit(7))).count().alias("prev_n"),
+        ]);
+    let complete = |sum: &str, n: &str| {
+        when(col(n).eq(lit(7))).then(col(sum).cast(DataType::Int64)).otherwise(lit(NULL).cast(DataType::Int64))
+    };
+    cd.join(sums, [col("metric"), col("day")], [col("metric"), col("day")], JoinArgs::new(JoinType::Left))
+        .with_columns([
+            (col("current") - col("last")).alias("delta"),
+            rate(col("current") - col("last"), col("last")).alias("pct_change"),
+            complete("cur_sum", "cur_n").alias("current_7d"),
+            complete("prev_sum", "prev_n").alias("last_7d"),
+        ])
+        .with_columns([
+            (col("current_7d") - col("last_7d")).alias("delta_7d"),
+            rate(col("current_7d") - col("last_7d"), col("last_7d")).alias("pct_change_7d"),
+        ])
+        .select([
+            col("metric"),
+            col("date"),
+            col("current"),
+            col("last"),
+            col("delta"),
+            col("pct_change"),
+            col("current_7d"),
+            col("last_7d"),
+            col("delta_7d"),
+            col("pct_change_7d"),
+        ])
+        .sort(["metric", "date"], SortMultipleOptions::default())
+        .collect()
+}
+
+fn weekly_frame(content: &DataFrame) -> PolarsResult<DataFrame> {
+    // 1970-01-01 was a Thursday: (day + 3) mod 7 is days since Monday.
+    let day = col("date").cast(DataType::Int32);
+    let since_monday = ((day.clone() + lit(3)) % lit(7) + lit(7)) % lit(7);
+    let weeks = content
+        .clone()
+        .lazy()
+        .with_column((day - since_monday).alias("week"))
+        .group_by([col("metric"), col("week")])
+        .agg([col("current").sum().cast(DataType::Int64).alias("total"), col("current").count().alias("days")]);
+    let previous = weeks.clone().select([
+        col("metric"),
+        (col("week") + lit(7)).alias("week"),
+        col("total").alias("previous_total"),
+    ]);
+    weeks
+        .join(previous, [col("metric"), col("week")], [col("metric"), col("week")], JoinArgs::new(JoinType::Left))
+        .with_columns([
+            col("week").cast(DataType::Date).alias("week_start"),
+            (col("total") - col("previous_total")).alias("delta"),
+            rate(col("total") - col("previous_total"), col("previous_total")).alias("pct_change"),
+            col("days").eq(lit(7)).alias("complete"),
+        ])
+        .select([
+            col("metric"),
+            col("week_start"),
+            col("total"),
+            col("previous_total"),
+            col("delta"),
+            col("pct_change"),
+            col("complete"),
+        ])
+        .sort(["metric", "week_start"], SortMultipleOptions::default())
+        .collect()
+}
+
+fn cohorts_frame(apps: &[Observation], buckets: &[Bucket]) -> PolarsResult<DataFrame> {
+    let mut month = vec![];
+    let mut bucket = vec![];
+    let mut bmin = vec![];
+    let mut bmax = vec![];
+    for o in apps {
+        let a = &o.app;
+        let d = a.applied_at.date_naive();
+        month.push(day_number(NaiveDate::from_ymd_opt(d.year(), d.month(), 1).expect("first of month")));
+        let posts = a.connected_accounts.iter().map(|c| c.monthly_post_count).sum();
+        let b = bucket_of(buckets, a.connected_accounts.len(), posts);
+        bucket.push(b.label.clone());
+        bmin.push(b.min);
+        bmax.push(b.max);
+    }
+    DataFrame::new_infer_height(vec![
+        date_col("applied_month", month)?,
+        Column::new("bucket".into(), bucket),
+        Column::new("bucket_min".into(), bmin),
+        Column::new("bucket_max".into(), bmax),
+        Column::new("status".into(), apps.iter().map(|o| o.app.status.to_string()).collect::<Vec<_>>()),
+        Column::new("user_id".into(), apps.iter().map(|o| o.app.user_id).collect::<Vec<_>>()),
+        Column::new("accounts".into(), apps.iter().map(|o| o.app.connected_accounts.len() as i64).collect::<Vec<_>>()),
+        Column::new(
+            "posts".into(),
+            apps.iter()
+                .map(|o| o.app.connected_accounts.iter().map(|c| c.monthly_post_count).sum::<i64>())
+                .collect::<Vec<_>>(),
+        ),
+    ])?
+    .lazy()
+    .group_by([col("applied_month"), col("bucket"), col("bucket_min"), col("bucket_max"), col("status")])
+    .agg([
+        len().cast(DataType::Int64).alias("applications"),
+        col("user_id").n_unique().cast(DataType::Int64).alias("creators"),
+        col("accounts").sum().cast(DataType::Int64).alias("accounts"),
+        col("posts").sum().cast(DataType::Int64).alias("total_monthly_posts"),
+    ])
+    .sort_by_exprs(
+        [col("applied_month"), col("bucket_min"), col("status")],
+        SortMultipleOptions::default().with_nulls_last(false),
+    )
+    .collect()
+}
+
+/// Builds every frame from the extracted data.
+pub fn run(apps: &[Observation], content: &[ContentRow], cohort_edges: &[i64]) -> Result<Frames, TransformError> {
+    let buckets = buckets(cohort_edges)?;
+    let (applications, connected_accounts) = applications_frame(apps).map_err(ctx("applications"))?;
+    let content_daily = content_frame(content).map_err(ctx("content_daily"))?;
+    let wow_deltas = wow_frame(&content_daily).map_err(ctx("wow_deltas"))?;
+    let weekly_totals = weekly_frame(&content_daily).map_err(ctx("weekly_totals"))?;
+    let post_count_cohorts = cohorts_frame(apps, &buckets).map_err(ctx("post_count_cohorts"))?;
+    Ok(Frames { applications, connected_accounts, content_daily, wow_deltas, weekly_totals, post_count_cohorts })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,293 @@
+//! `creator-etl run` and `load`: the warehouse and the Parquet tree read back with independent
+//! readers, history across runs, idempotence, and crashes during the load.
+
+use std::path::Path;
+
+use arrow::datatypes::{DataType, TimeUnit};
+use creator_etl::api::models::ApplicationStatus;
+use creator_etl::emulator::{EmulatorConfig, MAIN_ORG};
+use creator_etl::load::warehouse::exported_tables;
+
+use crate::util::*;
+
+fn run(emu: &TestEmu, out: &Path, extra: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
+    let mut args = vec!["run", "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let mut all_envs = vec![("CREATOR_API_KEY", FULL_KEY)];
+    all_envs.extend_from_slice(envs);
+    run_bin(out.parent().unwrap(), &args, &all_envs)
+}
+
+fn db(out: &Path) -> duckdb::Connection {
+    duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap()
+}
+
+fn count(c: &duckdb::Connection, sql: &str) -> i64 {
+    c.query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+fn parquet_glob(out: &Path, table: &str) -> String {
+    format!("{}/parquet/{table}/**/*.parquet", out.display())
+}
+
+/// Rows of a table as DuckDB reads them back from the Parquet tree.
+fn parquet_select(out: &Path, table: &str) -> String {
+    let exclude = if matches!(table, "content_daily" | "wow_deltas") { " EXCLUDE (year)" } else { "" };
+    format!("SELECT *{exclude} FROM read_parquet('{}', hive_partitioning = true)", parquet_glob(out, table))
+}
+
+/// A fingerprint of a table's whole content.
+fn checksum(c: &duckdb::Connection, table: &str) -> String {
+    c.query_row(
+        &format!("SELECT count(*) || ':' || coalesce(md5(string_agg(t::VARCHAR, '|' ORDER BY t::VARCHAR)), '') FROM {table} AS t"),
+        [],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+fn assert_parquet_matches_duckdb(out: &Path) {
+    let c = db(out);
+    for table in exported_tables() {
+        let p = parquet_select(out, table);
+        let n = count(&c, &format!("SELECT count(*) FROM {table}"));
+        assert_eq!(count(&c, &format!("SELECT count(*) FROM ({p})")), n, "{table}: row counts");
+        let diff = count(&c, &format!("SELECT count(*) FROM ((SELECT * FROM {table} EXCEPT ALL {p}) UNION ALL ({p} EXCEPT ALL SELECT * FROM {table}))"));
+        assert_eq!(diff, 0, "{table}: Parquet and DuckDB hold the same rows");
+    }
+}
+
+/// Reads a Parquet file with the arrow/parquet crates (independent of both writers).
+fn arrow_schema_and_rows(path: &Path) -> (arrow::datatypes::SchemaRef, usize) {
+    let file = std::fs::File::open(path).unwrap();
+    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    let schema = builder.schema().clone();
+    let rows = builder.build().unwrap().map(|b| b.unwrap().num_rows()).sum();
+    (schema, rows)
+}
+
+fn files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else if p.extension().is_some_and(|x| x == "parquet") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_run_loads_duckdb_and_parquet_with_the_same_rows_and_exact_types() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(400));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = run(&emu, &out, &["--since-days", "400"], &[]);
+    assert_exit(&[], &o, 0);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["extract"]["status"], "completed");
+    let c = db(&out);
+    let truth = emu.state.applications(MAIN_ORG);
+    assert_eq!(count(&c, "SELECT count(*) FROM applications") as usize, truth.len());
+    let accounts: usize = truth.iter().map(|a| a.connected_accounts.len()).sum();
+    assert_eq!(count(&c, "SELECT count(*) FROM connected_accounts") as usize, accounts);
+    assert_eq!(count(&c, "SELECT count(*) FROM content_daily"), 2 * 401);
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM application_status_history WHERE valid_to IS NULL") as usize,
+        truth.len()
+    );
+    assert_eq!(count(&c, "SELECT count(*) FROM runs WHERE parquet_exported AND requests > 0"), 1);
+    // Emails stay NULL for marketplace applicants.
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM applications WHERE email IS NULL") as usize,
+        truth.iter().filter(|a| a.email.is_none()).count()
+    );
+    assert_parquet_matches_duckdb(&out);
+
+    // Independent read-back with the arrow/parquet crates, and exact types.
+    let apps = files(&out.join("parquet/applications"));
+    let (schema, rows) = arrow_schema_and_rows(&apps[0]);
+    assert_eq!(rows, truth.len());
+    assert_eq!(schema.field_with_name("id").unwrap().data_type(), &DataType::Int64);
+    assert_eq!(schema.field_with_name("total_monthly_posts").unwrap().data_type(), &DataType::Int64);
+    let applied_at = schema.field_with_name("applied_at").unwrap().data_type().clone();
+    assert!(
+        matches!(&applied_at, DataType::Timestamp(TimeUnit::Microsecond, Some(tz)) if ["UTC", "+00:00"].contains(&tz.as_ref())),
+        "timestamps are UTC: {applied_at:?}"
+    );
+
+    let content = files(&out.join("parquet/content_daily"));
+    assert!(content.len() >= 2, "partitioned by year: {content:?}");
+    assert!(content.iter().all(|p| p.to_string_lossy().contains("year=")));
+    let (schema, _) = arrow_schema_and_rows(&content[0]);
+    assert_eq!(schema.field_with_name("date").unwrap().data_type(), &DataType::Date32);
+    let wow = files(&out.join("parquet/wow_deltas"));
+    let (schema, _) = arrow_schema_and_rows(&wow[0]);
+    assert_eq!(schema.field_with_name("pct_change").unwrap().data_type(), &DataType::Float64);
+    // zstd with statistics.
+    let meta = parquet::file::reader::SerializedFileReader::new(std::fs::File::open(&apps[0]).unwrap()).unwrap();
+    use parquet::file::reader::FileReader;
+    let col = meta.metadata().row_group(0).column(0);
+    assert!(matches!(col.compression(), parquet::basic::Compression::ZSTD(_)), "{:?}", col.compression());
+    assert!(col.statistics().is_some());
+    // No temporary or staging files are left visible.
+    assert!(!out.join(".staging").join(report["extract"]["run_id"].as_str().unwrap()).exists());
+}
+
+#[test]
+fn history_keeps_every_status_across_three_runs_and_reloading_changes_nothing() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(200));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let pending: Vec<i64> = emu
+        .state
+        .applications(MAIN_ORG)
+        .into_iter()
+        .filter(|a| a.status == ApplicationStatus::Pending)
+        .map(|a| a.id)
+        .take(3)
+        .collect();
+    assert_eq!(pending.len(), 3);
+    let o = run(&emu, &out, &["--since-days", "20"], &[]);
+    assert_exit(&[], &o, 0);
+    emu.state.set_application_status(pending[0], ApplicationStatus::Accepted);
+    emu.state.set_application_status(pending[1], ApplicationStatus::Rejected);
+    let o = run(&emu, &out, &[], &[]);
+    assert_exit(&[], &o, 0);
+    let changed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(changed["load"]["quality"]["status_changes"], 2);
+    emu.state.set_application_status(pending[0], ApplicationStatus::PendingContract);
+    let o = run(&emu, &out, &[], &[]);
+    assert_exit(&[], &o, 0);
+
+    let c = db(&out);
+    let history = |id: i64| -> Vec<(String, bool)> {
+        let mut stmt = c
+            .prepare("SELECT status, valid_to IS NULL FROM application_status_history WHERE id = ? ORDER BY valid_from")
+            .unwrap();
+        stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|r| r.unwrap()).collect()
+    };
+    let s = |x: &str, open: bool| (x.to_owned(), open);
+    assert_eq!(history(pending[0]), vec![s("pending", false), s("accepted", false), s("pending_contract", true)]);
+    assert_eq!(history(pending[1]), vec![s("pending", false), s("rejected", true)]);
+    assert_eq!(history(pending[2]), vec![s("pending", true)]);
+    // Intervals chain: each row ends where the next begins.
+    assert_eq!(
+        count(&c, &format!("SELECT count(*) FROM application_status_history h JOIN application_status_history n ON h.id = n.id AND h.valid_to = n.valid_from WHERE h.id = {}", pending[0])),
+        2
+    );
+    assert_eq!(count(&c, "SELECT count(*) FROM runs"), 3);
+    // first_seen_at survives the snapshot replacement.
+    assert!(
+        count(
+            &c,
+            &format!("SELECT count(*) FROM applications WHERE id = {} AND first_seen_at < last_seen_at", pending[0])
+        ) == 1
+    );
+
+    // Loading the newest raw run again changes no table.
+    let before: Vec<String> = exported_tables().iter().map(|t| checksum(&c, t)).collect();
+    drop(c);
+    let args = ["load", "--out", out.to_str().unwrap()];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 0);
+    let c = db(&out);
+    let after: Vec<String> = exported_tables().iter().map(|t| checksum(&c, t)).collect();
+    assert_eq!(before, after);
+    drop(c);
+    assert_parquet_matches_duckdb(&out);
+}
+
+/// A process killed during the load leaves the previous warehouse and Parquet intact and
+/// readable, and the next load converges.
+#[test]
+fn a_crash_during_load_keeps_the_previous_state_and_a_rerun_converges() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(150));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = run(&emu, &out, &["--since-days", "10"], &[]);
+    assert_exit(&[], &o, 0);
+    let c = db(&out);
+    let before: Vec<String> = exported_tables().iter().map(|t| checksum(&c, t)).collect();
+    drop(c);
+    let id = emu.state.applications(MAIN_ORG)[0].id;
+    emu.state.set_application_status(id, ApplicationStatus::Canceled);
+
+    // Killed inside the transaction, just before COMMIT.
+    let o = run(&emu, &out, &[], &[("CREATOR_ETL_CRASH_AT", "load-before-commit")]);
+    assert_ne!(o.status.code(), Some(0), "{}", show(&[], &o));
+    let c = db(&out);
+    let after: Vec<String> = exported_tables().iter().map(|t| checksum(&c, t)).collect();
+    assert_eq!(before, after, "the previous warehouse is intact");
+    drop(c);
+    assert_parquet_matches_duckdb(&out);
+
+    // Killed between switching the first and the second table's Parquet.
+    let o = run(&emu, &out, &[], &[("CREATOR_ETL_CRASH_AT", "export-after-first-table")]);
+    assert_ne!(o.status.code(), Some(0), "{}", show(&[], &o));
+    let c = db(&out);
+    assert_eq!(count(&c, &format!("SELECT count(*) FROM applications WHERE id = {id} AND status = 'canceled'")), 1);
+    for t in exported_tables() {
+        count(&c, &format!("SELECT count(*) FROM ({})", parquet_select(&out, t)));
+        // every table stays readable
+    }
+    drop(c);
+    // The next load finishes the interrupted export first: the two agree again.
+    let args = ["load", "--out", out.to_str().unwrap()];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 0);
+    assert_parquet_matches_duckdb(&out);
+}
+
+#[test]
+fn load_errors_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let args = ["load", "--out", out.to_str().unwrap()];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no completed raw run"));
+    let args = ["load", "--out", out.to_str().unwrap(), "--from-raw", "nope"];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 2);
+    let args = ["load", "--out", out.to_str().unwrap(), "--cohort-edges", "5,2"];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--cohort-edges"));
+}
+
+/// The README's data dictionary names every table, view and column the warehouse has.
+#[test]
+fn the_data_dictionary_covers_the_warehouse() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(30));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = run(&emu, &out, &["--since-days", "10"], &[]);
+    assert_exit(&[], &o, 0);
+    let readme = include_str!("../../README.md");
+    let c = db(&out);
+    let mut stmt = c
+        .prepare("SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main' ORDER BY table_name, ordinal_position")
+        .unwrap();
+    let columns: Vec<(String, String)> =
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|r| r.unwrap()).collect();
+    assert!(columns.len() > 60);
+    let mut missing = vec![];
+    for (table, column) in &columns {
+        let section = match readme.split_once(&format!("### `{table}`")) {
+            Some((_, rest)) => rest.split("\n### ").next().unwrap(),
+            None if readme.contains(&format!("`{table}`")) => readme, // a view, described in prose
+            None => {
+                missing.push(format!("table {table}"));
+                continue;
+            }
+        };
+        if !section.contains(&format!("`{column}`")) {
+            missing.push(format!("{table}.{column}"));
+        }
+    }
+    assert!(missing.is_empty(), "not in the README's data dictionary: {missing:?}");
+}
