@@ -1,0 +1,414 @@
+//! Actions: replay the approved rows of a reviewed CSV against the service, exactly once.
+//!
+//! Parse, validate, act: the whole file is validated first ([`reviewed::parse`]), and one bad
+//! row means nothing is sent. Then each approved row, in file order:
+//! 1. is skipped when the journal says it was already applied (or `--only` leaves it out);
+//! 2. has its intent committed to the journal, is sent through the paced client, and has its
+//!    outcome committed (see [`journal`] for why this gives exactly once across crashes);
+//! 3. ends as one [`Outcome`].
+//!
+//! A 401 or 403 stops the run at once: the rest are `not_sent`, and nothing more is requested.
+//! The results go to `OUT/actions/<run_id>-results.csv` (the input plus outcome columns) and the
+//! warehouse's `action_results` table.
+
+pub mod journal;
+pub mod reviewed;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use chrono::Utc;
+use serde::Serialize;
+use thiserror::Error;
+use tokio::sync::watch;
+
+use crate::api::{ApiError, Client, MarkOutcome};
+use crate::load::LoadError;
+use crate::out::{write_atomic, OutDir, OutError};
+use journal::{Journal, Known};
+pub use reviewed::{ActionKind, Reviewed, ReviewedRow, RowError, Target};
+
+#[derive(Debug, Error)]
+pub enum ActionError {
+    #[error("cannot read the reviewed CSV `{path}`")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{path}` has {} problem(s); nothing was sent:\n  {}", .errors.len(), .errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n  "))]
+    Invalid { path: String, errors: Vec<RowError> },
+    #[error("{rows} rows would be sent, more than `--max-rows {max}`; nothing was sent. Raise `--max-rows` if this is intended")]
+    TooManyRows { rows: usize, max: usize },
+    #[error("action journal: cannot {context}: {message}")]
+    Journal { context: &'static str, message: String },
+    #[error(transparent)]
+    Warehouse(#[from] LoadError),
+    #[error(transparent)]
+    Out(#[from] OutError),
+}
+
+/// A validated actions request.
+#[derive(Clone, Debug)]
+pub struct ActionConfig {
+    pub out: OutDir,
+    pub file: PathBuf,
+    /// Refuse to send more than this many rows.
+    pub max_rows: Option<usize>,
+    /// Only rows of this action.
+    pub only: Option<ActionKind>,
+}
+
+/// How a row ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The service applied it.
+    Applied,
+    /// Nothing to do: the payout was already paid externally.
+    Noop,
+    SkippedNotApproved,
+    /// An earlier run applied the same change (same fingerprint).
+    SkippedAlreadyApplied,
+    /// Left out by `--only`.
+    SkippedNotSelected,
+    /// The service refused it (404, 422, …); fix the row and apply again.
+    Failed,
+    /// Retries were spent on 429s, 5xx or network errors; the next apply tries again.
+    FailedTransient,
+    /// Not sent because the run stopped first (401/403 or Ctrl-C); the next apply sends it.
+    NotSent,
+}
+
+impl Outcome {
+    /// The name stored in the journal, the results and the report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Noop => "noop",
+            Outcome::SkippedNotApproved => "skipped_not_approved",
+            Outcome::SkippedAlreadyApplied => "skipped_already_applied",
+            Outcome::SkippedNotSelected => "skipped_not_selected",
+            Outcome::Failed => "failed",
+            Outcome::FailedTransient => "failed_transient",
+            Outcome::NotSent => "not_sent",
+        }
+    }
+
+    /// Whether the row needs attention: exit 3.
+    pub fn is_failure(self) -> bool {
+        matches!(self, Outcome::Failed | Outcome::FailedTransient | Outcome::NotSent)
+    }
+}
+
+/// One row's result.
+#[derive(Clone, Debug, Serialize)]
+pub struct RowResult {
+    pub line: u64,
+    pub row_id: Option<String>,
+    pub action: &'static str,
+    pub target: String,
+    pub approved: bool,
+    pub reviewer: Option<String>,
+    pub fingerprint: String,
+    pub outcome: Outcome,
+    pub http_status: Option<u16>,
+    /// The service's message, or why the row was skipped.
+    pub message: Option<String>,
+    /// The start of the service's answer.
+    pub response_excerpt: Option<String>,
+    /// For applied sale updates: the sale as the service returned it.
+    pub result_total: Option<i64>,
+    pub result_commission: Option<i64>,
+    pub result_status: Option<String>,
+}
+
+/// What `actions apply` did; printed as JSON on stdout.
+#[derive(Clone, Debug, Serialize)]
+pub struct ActionReport {
+    pub run_id: String,
+    pub file: PathBuf,
+    pub results_csv: PathBuf,
+    /// Rows per outcome.
+    pub outcomes: BTreeMap<Outcome, u64>,
+    /// Why the run stopped early (401/403, Ctrl-C), if it did.
+    pub stopped: Option<String>,
+    /// The stop was a rejected key (exit 4).
+    #[serde(skip)]
+    pub stopped_by_auth: bool,
+    /// Intents of earlier runs that had no outcome and are not in this file.
+    pub unresolved_intents: Vec<String>,
+    pub requests: crate::api::MetricsSnapshot,
+    pub rows: Vec<RowResult>,
+}
+
+impl ActionReport {
+    /// Every approved row ended applied, a no-op or already applied.
+    pub fn all_ok(&self) -> bool {
+        self.rows.iter().all(|r| !r.outcome.is_failure())
+    }
+}
+
+/// Reads and validates a reviewed file; every problem at once.
+pub fn read(path: &Path) -> Result<Reviewed, ActionError> {
+    let bytes = std::fs::read(path).map_err(|source| ActionError::Read { path: path.display().to_string(), source })?;
+    reviewed::parse(&bytes).map_err(|errors| ActionError::Invalid { path: path.display().to_string(), errors })
+}
+
+/// The decision for one row before anything is sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Decision {
+    Skip(Outcome, String),
+    Send { resend_of: Option<String> },
+}
+
+fn decide(row: &ReviewedRow, only: Option<ActionKind>, journal: Option<&Journal>) -> Result<Decision, ActionError> {
+    if !row.approved {
+        return Ok(Decision::Skip(Outcome::SkippedNotApproved, "not approved".into()));
+    }
+    if only.is_some_and(|k| k != row.action) {
+        return Ok(Decision::Skip(Outcome::SkippedNotSelected, "left out by `--only`".into()));
+    }
+    Ok(match journal.map(|j| j.known(&row.fingerprint())).transpose()? {
+        Some(Known::Done { run_id }) => {
+            Decision::Skip(Outcome::SkippedAlreadyApplied, format!("already applied by run {run_id}"))
+        }
+        Some(Known::Interrupted { run_id }) => Decision::Send { resend_of: Some(run_id) },
+        Some(Known::New) | None => Decision::Send { resend_of: None },
+    })
+}
+
+/// The plan for a file: each row's fate, without sending anything. Reads the journal read-only.
+pub fn plan(config: &ActionConfig, file: &Reviewed) -> Result<String, ActionError> {
+    let journal = Journal::open_read_only(&config.out)?;
+    let mut text = String::new();
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    for row in &file.rows {
+        let what = match decide(row, config.only, journal.as_ref())? {
+            Decision::Skip(outcome, why) => {
+                *totals.entry(outcome.as_str().to_owned()).or_default() += 1;
+                format!("skip ({why})")
+            }
+            Decision::Send { resend_of } => {
+                *totals.entry(format!("send {}", row.action)).or_default() += 1;
+                match resend_of {
+                    Some(run) => format!("send again (run {run} was interrupted before its answer): {}", row.changes()),
+                    None => format!("send: {}", row.changes()),
+                }
+            }
+        };
+        text.push_str(&format!("line {:>4}  {:<11}  {:<44}  {what}\n", row.line, row.action, row.target.to_string()));
+    }
+    let sends: u64 = totals.iter().filter(|(k, _)| k.starts_with("send")).map(|(_, v)| v).sum();
+    text.push_str(&format!("\n{} rows; {sends} to send", file.rows.len()));
+    for (k, v) in &totals {
+        text.push_str(&format!("; {k}: {v}"));
+    }
+    if let Some(max) = config.max_rows.filter(|m| (sends as usize) > *m) {
+        text.push_str(&format!("\nmore than `--max-rows {max}`: `actions apply` would refuse this file"));
+    }
+    text.push('\n');
+    Ok(text)
+}
+
+/// Crash points for the crash-safety tests (`CREATOR_ETL_CRASH_AT`); never set in normal use.
+fn crash_point(name: &str) {
+    if std::env::var("CREATOR_ETL_CRASH_AT").is_ok_and(|v| v == name) {
+        eprintln!("crash injected at `{name}`");
+        std::process::abort();
+    }
+}
+
+fn excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    text.chars().take(300).collect()
+}
+
+/// Sends one row and classifies the answer.
+async fn send(client: &Client, row: &ReviewedRow, result: &mut RowResult) -> Option<ApiError> {
+    let answer = match (&row.target, &row.update) {
+        (Target::Sale(id), Some(update)) => client.update_sale(*id, update).await.map(|f| {
+            result.outcome = Outcome::Applied;
+            result.http_status = Some(f.status);
+            result.response_excerpt = Some(excerpt(&f.raw));
+            result.result_total = f.value.data.total;
+            result.result_commission = f.value.data.commission;
+            result.result_status = Some(f.value.data.status.to_string());
+        }),
+        (Target::Payout(uuid), _) => client.mark_credit_payout(uuid).await.map(|m| match m {
+            MarkOutcome::Marked(f) => {
+                result.outcome = Outcome::Applied;
+                result.http_status = Some(f.status);
+                result.response_excerpt = Some(excerpt(&f.raw));
+                result.result_status = Some(f.value.creator_payout.status.clone());
+            }
+            MarkOutcome::AlreadyPaid { status, message } => {
+                result.outcome = Outcome::Noop;
+                result.http_status = Some(status);
+                result.message = Some(message);
+            }
+        }),
+        (Target::Sale(_), None) => unreachable!("validation gives every update_sale row a body"),
+    };
+    match answer {
+        Ok(()) => None,
+        Err(e) => {
+            result.outcome = if e.is_transient() { Outcome::FailedTransient } else { Outcome::Failed };
+            result.http_status = e.status();
+            result.message = Some(e.server_message().map_or_else(|| e.to_string(), str::to_owned));
+            e.is_auth().then_some(e)
+        }
+    }
+}
+
+/// Applies a validated file. The caller holds the lock on the output directory.
+pub async fn apply(
+    config: &ActionConfig,
+    file: &Reviewed,
+    client: &Client,
+    stop: watch::Receiver<bool>,
+) -> Result<ActionReport, ActionError> {
+    let run_id = crate::out::new_run_id();
+    let file_name = config.file.display().to_string();
+    let journal = Journal::open(&config.out)?;
+    let decisions = file.rows.iter().map(|r| decide(r, config.only, Some(&journal))).collect::<Result<Vec<_>, _>>()?;
+    let to_send = decisions.iter().filter(|d| matches!(d, Decision::Send { .. })).count();
+    if let Some(max) = config.max_rows.filter(|m| to_send > *m) {
+        return Err(ActionError::TooManyRows { rows: to_send, max });
+    }
+    let approved: std::collections::HashSet<String> =
+        file.rows.iter().filter(|r| r.approved).map(ReviewedRow::fingerprint).collect();
+    let unresolved_intents: Vec<String> = journal
+        .interrupted()?
+        .into_iter()
+        .filter(|i| !approved.contains(&i.fingerprint))
+        .map(|i| format!("{}: line {} of `{}`, run {}", i.target, i.line, i.file, i.run_id))
+        .collect();
+    for u in &unresolved_intents {
+        tracing::warn!(intent = %u, "an interrupted action is not in this file; apply its file again to resolve it");
+    }
+    tracing::info!(run_id = %run_id, rows = file.rows.len(), to_send, "applying reviewed actions");
+
+    let mut rows = vec![];
+    let mut stopped: Option<String> = None;
+    let mut stopped_by_auth = false;
+    for (row, decision) in file.rows.iter().zip(decisions) {
+        let mut result = RowResult {
+            line: row.line,
+            row_id: row.row_id.clone(),
+            action: row.action.as_str(),
+            target: row.target.to_string(),
+            approved: row.approved,
+            reviewer: row.reviewer.clone(),
+            fingerprint: row.fingerprint(),
+            outcome: Outcome::NotSent,
+            http_status: None,
+            message: None,
+            response_excerpt: None,
+            result_total: None,
+            result_commission: None,
+            result_status: None,
+        };
+        match decision {
+            Decision::Skip(outcome, why) => {
+                result.outcome = outcome;
+                result.message = Some(why);
+            }
+            Decision::Send { .. } if stopped.is_some() || *stop.borrow() => {
+                stopped.get_or_insert_with(|| "interrupted".into());
+                result.message = Some("not sent: the run stopped first; apply again to send it".into());
+            }
+            Decision::Send { resend_of } => {
+                // Rows earlier in this file may have applied the same change since the plan.
+                if let Known::Done { run_id } = journal.known(&result.fingerprint)? {
+                    result.outcome = Outcome::SkippedAlreadyApplied;
+                    result.message = Some(format!("already applied by run {run_id}"));
+                } else {
+                    if let Some(run) = resend_of {
+                        tracing::warn!(line = row.line, target = %row.target, interrupted_run = %run, "sending again a row whose answer was lost");
+                    }
+                    journal.record_intent(&run_id, &file_name, row)?;
+                    crash_point("actions-after-intent");
+                    let auth = send(client, row, &mut result).await;
+                    crash_point("actions-before-outcome");
+                    journal.record_outcome(&run_id, row, &result)?;
+                    tracing::debug!(line = row.line, target = %row.target, outcome = result.outcome.as_str(), status = ?result.http_status, "action");
+                    if let Some(e) = auth {
+                        stopped = Some(e.to_string());
+                        stopped_by_auth = true;
+                    }
+                }
+            }
+        }
+        rows.push(result);
+    }
+
+    let finished_at = Utc::now();
+    journal.record_results(&run_id, &file_name, finished_at, &rows)?;
+    let results_csv = config.out.root().join("actions").join(format!("{run_id}-results.csv"));
+    write_atomic(&results_csv, &results_csv_bytes(file, &rows, &run_id))?;
+    let mut outcomes = BTreeMap::new();
+    for r in &rows {
+        *outcomes.entry(r.outcome).or_default() += 1;
+    }
+    Ok(ActionReport {
+        run_id,
+        file: config.file.clone(),
+        results_csv,
+        outcomes,
+        stopped,
+        stopped_by_auth,
+        unresolved_intents,
+        requests: client.metrics(),
+        rows,
+    })
+}
+
+/// The extra columns of the results file.
+pub const RESULT_COLUMNS: [&str; 8] =
+    ["line", "outcome", "http_status", "message", "result_total", "result_commission", "result_status", "run_id"];
+
+/// The input rows, as written, plus the outcome columns.
+fn results_csv_bytes(file: &Reviewed, rows: &[RowResult], run_id: &str) -> Vec<u8> {
+    let mut w = csv::Writer::from_writer(vec![]);
+    let header: Vec<&str> = file.headers.iter().map(String::as_str).chain(RESULT_COLUMNS).collect();
+    let opt = |v: Option<String>| v.unwrap_or_default();
+    // Writing into memory cannot fail.
+    w.write_record(&header).expect("in-memory CSV");
+    for (row, r) in file.rows.iter().zip(rows) {
+        let extra = [
+            r.line.to_string(),
+            r.outcome.as_str().to_owned(),
+            opt(r.http_status.map(|s| s.to_string())),
+            opt(r.message.clone()),
+            opt(r.result_total.map(|v| v.to_string())),
+            opt(r.result_commission.map(|v| v.to_string())),
+            opt(r.result_status.clone()),
+            run_id.to_owned(),
+        ];
+        w.write_record(row.cells.iter().map(String::as_str).chain(extra.iter().map(String::as_str)))
+            .expect("in-memory CSV");
+    }
+    w.into_inner().expect("in-memory CSV")
+}
+
+/// The human summary printed on stderr.
+pub fn summary(report: &ActionReport) -> String {
+    let mut s = format!("actions run {}: ", report.run_id);
+    s.push_str(&report.outcomes.iter().map(|(k, v)| format!("{} {v}", k.as_str())).collect::<Vec<_>>().join(", "));
+    for r in report.rows.iter().filter(|r| r.outcome.is_failure()) {
+        let status = r.http_status.map_or(String::new(), |s| format!(" ({s})"));
+        s.push_str(&format!(
+            "\n  line {}: {} {}{status}: {}",
+            r.line,
+            r.outcome.as_str(),
+            r.target,
+            r.message.as_deref().unwrap_or("")
+        ));
+    }
+    if let Some(why) = &report.stopped {
+        s.push_str(&format!("\n  stopped early: {why}"));
+    }
+    s.push_str(&format!("\n  results: {}", report.results_csv.display()));
+    s
+}

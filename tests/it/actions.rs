@@ -1,0 +1,387 @@
+//! `creator-etl actions`: a mixed reviewed file against the emulator, reruns, kills mid-apply,
+//! payout pacing, invalid files and a read-only key. Results are read back from the emulator's
+//! write log, the results CSV and the warehouse's journal.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use creator_etl::api::models::SaleStatus;
+use creator_etl::emulator::{EmulatorConfig, PayoutKind, StoredPayout, MAIN_ORG, OTHER_ORG};
+
+use crate::util::*;
+
+const HEADER: &str =
+    "action,approved,sale_id,creator_payout_uuid,total,commission,customer_email,status,reviewer,note,row_id";
+
+fn payouts(emu: &TestEmu, kind: PayoutKind, org: u32) -> Vec<StoredPayout> {
+    emu.state.payouts().into_iter().filter(|p| p.kind == kind && p.org == org).collect()
+}
+
+fn updatable_sales(emu: &TestEmu) -> Vec<i64> {
+    emu.state
+        .sales()
+        .into_iter()
+        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
+        .map(|s| s.id)
+        .collect()
+}
+
+fn sale_where(emu: &TestEmu, pred: impl Fn(&creator_etl::emulator::StoredSale) -> bool) -> i64 {
+    emu.state.sales().into_iter().find(|s| pred(s)).expect("the emulator has such a sale").id
+}
+
+fn write_csv(dir: &Path, name: &str, rows: &[String]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{HEADER}\n{}\n", rows.join("\n"))).unwrap();
+    path
+}
+
+fn actions(emu: &TestEmu, out: &Path, verb: &str, file: &Path, extra: &[&str], key: &str) -> std::process::Output {
+    let mut args =
+        vec!["actions", verb, file.to_str().unwrap(), "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    run_bin(out.parent().unwrap(), &args, &[("CREATOR_API_KEY", key)])
+}
+
+/// `line → (outcome, http_status, message, result_commission)` from a results CSV.
+fn results(path: &Path) -> HashMap<u64, (String, String, String, String)> {
+    let mut r = csv::Reader::from_path(path).unwrap();
+    let h = r.headers().unwrap().clone();
+    let col = |name: &str| h.iter().position(|c| c == name).unwrap_or_else(|| panic!("no `{name}` in {h:?}"));
+    let (line, outcome, status, message, commission) =
+        (col("line"), col("outcome"), col("http_status"), col("message"), col("result_commission"));
+    r.records()
+        .map(|rec| {
+            let rec = rec.unwrap();
+            (
+                rec[line].parse().unwrap(),
+                (rec[outcome].to_owned(), rec[status].to_owned(), rec[message].to_owned(), rec[commission].to_owned()),
+            )
+        })
+        .collect()
+}
+
+fn report(o: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("report is JSON ({e}):\n{}", show(&[], o)))
+}
+
+fn writes_to(emu: &TestEmu, target: &str) -> Vec<creator_etl::emulator::WriteRecord> {
+    emu.state.writes().into_iter().filter(|w| w.target == target).collect()
+}
+
+/// The mixed file: approved and unapproved rows, every failure kind, an already-paid
+/// payout and a total without commission. Then the same file again, and a reordered file with
+/// a new row merged in.
+#[test]
+fn a_mixed_file_applies_each_approved_row_exactly_once() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(20));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let sales = updatable_sales(&emu);
+    let (s1, s2, s3, s4) = (sales[0], sales[1], sales[2], sales[3]);
+    let storefront = sale_where(&emu, |s| s.org == MAIN_ORG && !s.updatable());
+    let cancelled = sale_where(&emu, |s| s.org == MAIN_ORG && s.status == SaleStatus::Cancelled);
+    let foreign = sale_where(&emu, |s| s.org == OTHER_ORG);
+    let due = payouts(&emu, PayoutKind::DueCredit, MAIN_ORG);
+    let paid = &payouts(&emu, PayoutKind::PaidExternally, MAIN_ORG)[0];
+    let zero = &payouts(&emu, PayoutKind::ZeroCredit, MAIN_ORG)[0];
+    let pct = emu.state.sales().iter().find(|s| s.id == s1).unwrap().commission_pct;
+    let rows = vec![
+        format!("update_sale,yes,{s1},,5000,,,,ann,\"total fix, commission follows\",r1"), // line 2
+        format!("update_sale,yes,{s2},,,123,NULL,paid,ann,,r2"),                           // line 3
+        format!("update_sale,no,{s3},,1,,,,,,r3"),                                         // line 4
+        format!("update_sale,yes,{storefront},,100,,,,,,r4"),                              // line 5
+        format!("update_sale,yes,{cancelled},,,,,paid,,,r5"),                              // line 6
+        format!("update_sale,yes,{foreign},,100,,,,,,r6"),                                 // line 7
+        format!("mark_payout,yes,,{},,,,,,,r7", due[0].uuid),                              // line 8
+        format!("mark_payout,1,,{},,,,,,,r8", paid.uuid),                                  // line 9
+        format!("mark_payout,true,,{},,,,,,,r9", zero.uuid),                               // line 10
+        format!("mark_payout,yes,,{},,,,,,,r10", due[1].uuid.to_uppercase()),              // line 11
+        format!("update_sale,yes,{s1},,5000,,,,bob,same change again,r11"),                // line 12
+    ];
+    let file = write_csv(dir.path(), "reviewed.csv", &rows);
+
+    // The plan sends nothing.
+    let o = actions(&emu, &out, "plan", &file, &[], FULL_KEY);
+    assert_exit(&[], &o, 0);
+    assert_eq!(emu.state.requests().len(), 0, "plan sends nothing");
+    let plan = String::from_utf8_lossy(&o.stdout);
+    assert!(plan.contains(&format!("sale {s1}")) && plan.contains("commission recalculated by the service"), "{plan}");
+    assert!(plan.contains("skip (not approved)"), "{plan}");
+    assert!(plan.contains("11 rows; 10 to send"), "{plan}");
+
+    let o = actions(&emu, &out, "apply", &file, &[], FULL_KEY);
+    assert_exit(&[], &o, 3);
+    let rep = report(&o);
+    let got = results(Path::new(rep["results_csv"].as_str().unwrap()));
+    let outcome = |line: u64| got[&line].0.as_str();
+    let expect = [
+        (2, "applied"),
+        (3, "applied"),
+        (4, "skipped_not_approved"),
+        (5, "failed"),
+        (6, "failed"),
+        (7, "failed"),
+        (8, "applied"),
+        (9, "noop"),
+        (10, "failed"),
+        (11, "applied"),
+        (12, "skipped_already_applied"),
+    ];
+    for (line, want) in expect {
+        assert_eq!(outcome(line), want, "line {line}: {:?}", got[&line]);
+    }
+    assert_eq!(got[&5].1, "422");
+    assert!(got[&5].2.contains("Only sales created via the public API"), "{:?}", got[&5]);
+    assert!(got[&6].2.contains("Cancelled sales cannot be updated"), "{:?}", got[&6]);
+    assert_eq!((got[&7].1.as_str(), got[&7].2.as_str()), ("404", "Sale not found"));
+    assert!(got[&9].2.contains("current status is paid_externally"), "{:?}", got[&9]);
+    assert!(got[&10].2.contains("Only credit payouts"), "{:?}", got[&10]);
+
+    // The service recalculated the commission, and the results show it.
+    let recalculated = (5000 * pct + 50) / 100;
+    assert_eq!(got[&2].3, recalculated.to_string());
+    let stored = emu.state.sales().into_iter().find(|s| s.id == s1).unwrap();
+    assert_eq!((stored.total, stored.commission), (5000, recalculated));
+    let stored = emu.state.sales().into_iter().find(|s| s.id == s2).unwrap();
+    assert_eq!((stored.commission, stored.customer_email, stored.status), (123, None, SaleStatus::Paid));
+
+    // The write log: exactly one update per approved updatable sale, none for the unapproved.
+    for s in [s1, s2] {
+        let w = writes_to(&emu, &s.to_string());
+        assert_eq!(w.len(), 1, "sale {s}: {w:?}");
+        assert_eq!(w[0].outcome, "updated");
+    }
+    assert!(writes_to(&emu, &s1.to_string())[0].body.get("commission").is_none(), "only the cells filled are sent");
+    assert!(writes_to(&emu, &s3.to_string()).is_empty(), "unapproved rows are never sent");
+    let marks: Vec<_> = emu.state.writes().into_iter().filter(|w| w.operation == "mark_credit_payout").collect();
+    assert_eq!(marks.len(), 4);
+    // Payout marks are at least 2 s apart at the emulator, although the client's spacing is 0.
+    for pair in marks.windows(2) {
+        let gap = pair[1].at_ms - pair[0].at_ms;
+        assert!(gap >= 2000.0, "payout marks {gap:.0} ms apart");
+    }
+    assert!(emu.state.violations().is_empty(), "{:?}", emu.state.violations());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("applied 4") && stderr.contains("failed 4"), "summary on stderr:\n{stderr}");
+    assert!(!format!("{stderr}{}", String::from_utf8_lossy(&o.stdout)).contains(FULL_KEY), "no key in output");
+
+    // The journal and the results are in the warehouse.
+    let c = duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap();
+    let n: i64 = c.query_row("SELECT count(*) FROM action_results", [], |r| r.get(0)).unwrap();
+    assert_eq!(n, 11);
+    let n: i64 = c
+        .query_row("SELECT count(*) FROM action_journal WHERE outcome IN ('applied', 'noop')", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 5);
+    drop(c);
+
+    // The same file again: only the failed rows are tried again. (The emulator may answer the
+    // payout mark 429 once: this process's pacer did not see the previous process's last mark.)
+    let answered = |emu: &TestEmu| emu.state.requests().iter().filter(|r| r.status != 429).count();
+    let before = answered(&emu);
+    let o = actions(&emu, &out, "apply", &file, &[], FULL_KEY);
+    assert_exit(&[], &o, 3);
+    assert_eq!(answered(&emu) - before, 4, "only the 4 failed rows are sent again");
+    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    for line in [2, 3, 8, 9, 11, 12] {
+        assert_eq!(got[&line].0, "skipped_already_applied", "line {line}");
+    }
+
+    // Reordered, failures dropped, a new row merged in: only the new row is sent.
+    let merged = vec![
+        rows[9].clone(),
+        format!("update_sale,yes,{s4},,777,,,,,,new"),
+        rows[1].clone(),
+        rows[0].clone(),
+        rows[7].clone(),
+        rows[6].clone(),
+    ];
+    let file2 = write_csv(dir.path(), "merged.csv", &merged);
+    let before = answered(&emu);
+    let o = actions(&emu, &out, "apply", &file2, &[], FULL_KEY);
+    assert_exit(&[], &o, 0);
+    assert_eq!(answered(&emu) - before, 1, "only the new row is sent");
+    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    assert_eq!(got[&3].0, "applied");
+    // And once more: nothing at all.
+    let before = emu.state.requests().len();
+    let o = actions(&emu, &out, "apply", &file2, &[], FULL_KEY);
+    assert_exit(&[], &o, 0);
+    assert_eq!(emu.state.requests().len(), before, "a rerun sends nothing");
+    let o = actions(&emu, &out, "plan", &file2, &[], FULL_KEY);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("6 rows; 0 to send"), "{}", show(&[], &o));
+}
+
+/// Any invalid row: nothing is sent, not even by `run`, and every problem is listed.
+#[test]
+fn an_invalid_file_sends_nothing_and_exits_2() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(20));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let good = updatable_sales(&emu)[0];
+    let file = write_csv(
+        dir.path(),
+        "bad.csv",
+        &[
+            format!("update_sale,yes,{good},,100,,,,,,"),
+            "update_sale,yes,7002,,12.50,,,,,,".into(),
+            "refund,yes,,,,,,,,,".into(),
+        ],
+    );
+    for verb in ["plan", "apply"] {
+        let o = actions(&emu, &out, verb, &file, &[], FULL_KEY);
+        assert_exit(&[], &o, 2);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains("2 problem(s); nothing was sent"), "{stderr}");
+        assert!(stderr.contains("line 3, column 5 (`total`): `12.50` is not in cents"), "{stderr}");
+        assert!(stderr.contains("line 4, column 1 (`action`): unknown action `refund`"), "{stderr}");
+    }
+    let args =
+        ["run", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "--actions", file.to_str().unwrap()];
+    let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+    assert_exit(&args, &o, 2);
+    assert_eq!(emu.state.requests().len(), 0, "an invalid file sends zero requests");
+    // --max-rows refuses a larger file, sending nothing.
+    let file = write_csv(
+        dir.path(),
+        "two.csv",
+        &[format!("update_sale,yes,{good},,100,,,,,,"), "update_sale,yes,7002,,5,,,,,,".into()],
+    );
+    let o = actions(&emu, &out, "apply", &file, &["--max-rows", "1"], FULL_KEY);
+    assert_exit(&[], &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("2 rows would be sent, more than `--max-rows 1`"));
+    assert_eq!(emu.state.requests().len(), 0);
+}
+
+/// A read-only key: the first write gets 403 and nothing more is sent; `--only` filters.
+#[test]
+fn a_read_only_key_stops_at_the_first_403() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(20));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let s = updatable_sales(&emu);
+    let due = payouts(&emu, PayoutKind::DueCredit, MAIN_ORG);
+    let file = write_csv(
+        dir.path(),
+        "r.csv",
+        &[
+            format!("update_sale,yes,{},,100,,,,,,", s[0]),
+            format!("mark_payout,yes,,{},,,,,,,", due[0].uuid),
+            format!("update_sale,yes,{},,200,,,,,,", s[1]),
+        ],
+    );
+    let o = actions(&emu, &out, "apply", &file, &[], READ_ONLY_KEY);
+    assert_exit(&[], &o, 4);
+    assert_eq!(emu.state.requests().len(), 1, "no request after the 403");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("403") && stderr.contains("read-only"), "{stderr}");
+    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    assert_eq!((got[&2].0.as_str(), got[&2].1.as_str()), ("failed", "403"));
+    assert_eq!(got[&3].0, "not_sent");
+    assert_eq!(got[&4].0, "not_sent");
+
+    // With the full key and `--only mark_payout`, only the payout is sent.
+    let o = actions(&emu, &out, "apply", &file, &["--only", "mark_payout"], FULL_KEY);
+    assert_exit(&[], &o, 0);
+    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    assert_eq!(got[&2].0, "skipped_not_selected");
+    assert_eq!(got[&3].0, "applied");
+}
+
+/// SIGKILL at a random point of an apply, then a rerun: every approved row's change is in place,
+/// and each was sent once, except at most the one in flight when the process died (resent with
+/// the same body, which is idempotent).
+#[test]
+fn a_killed_apply_reruns_to_each_row_exactly_once() {
+    let mut cfg = EmulatorConfig::for_tests(20);
+    cfg.data.sales = 40;
+    cfg.latency = Duration::from_millis(40);
+    let emu = TestEmu::start(cfg);
+    let sales = updatable_sales(&emu);
+    let mut killed_mid_run = 0;
+    for round in 0..3u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let rows: Vec<String> = sales
+            .iter()
+            .take(30)
+            .map(|s| format!("update_sale,yes,{s},,{},,,,,,", 1000 + round * 100 + (*s as u64 % 97)))
+            .collect();
+        let file = write_csv(dir.path(), "k.csv", &rows);
+        let before: HashMap<String, usize> =
+            sales.iter().map(|s| (s.to_string(), writes_to(&emu, &s.to_string()).len())).collect();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_creator-etl"))
+            .args([
+                "actions",
+                "apply",
+                file.to_str().unwrap(),
+                "--base-url",
+                &emu.base_url,
+                "--out",
+                out.to_str().unwrap(),
+            ])
+            .env("CREATOR_API_KEY", FULL_KEY)
+            .env("CREATOR_MIN_INTERVAL_MS", "0")
+            .env("CREATOR_HOURLY_CAP", "0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300 + fastrand::u64(0..900)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let sent_before_kill: usize =
+            sales.iter().map(|s| writes_to(&emu, &s.to_string()).len() - before[&s.to_string()]).sum();
+        if sent_before_kill > 0 && sent_before_kill < 30 {
+            killed_mid_run += 1;
+        }
+        let o = actions(&emu, &out, "apply", &file, &[], FULL_KEY);
+        assert_exit(&[], &o, 0);
+        let mut twice = 0;
+        for (s, row) in sales.iter().take(30).zip(&rows) {
+            let n = writes_to(&emu, &s.to_string()).len() - before[&s.to_string()];
+            assert!((1..=2).contains(&n), "round {round}: sale {s} written {n} times");
+            twice += usize::from(n == 2);
+            let want: i64 = row.split(',').nth(4).unwrap().parse().unwrap();
+            assert_eq!(emu.state.sales().iter().find(|x| x.id == *s).unwrap().total, want);
+        }
+        assert!(twice <= 1, "round {round}: only the row in flight at the kill is sent again ({twice})");
+        // A third apply sends nothing.
+        let n = emu.state.requests().len();
+        let o = actions(&emu, &out, "apply", &file, &[], FULL_KEY);
+        assert_exit(&[], &o, 0);
+        assert_eq!(emu.state.requests().len(), n, "round {round}: converged");
+    }
+    assert!(killed_mid_run >= 1, "at least one kill landed mid-apply");
+}
+
+/// The two crash windows of a payout mark: after the intent (nothing sent) and after the send
+/// (answer lost). Either way the rerun leaves exactly one successful mark.
+#[test]
+fn a_crash_around_a_payout_mark_is_resolved_on_rerun() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(20));
+    let due = payouts(&emu, PayoutKind::DueCredit, MAIN_ORG);
+    for (i, point) in ["actions-after-intent", "actions-before-outcome"].into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let uuid = &due[i].uuid;
+        let file = write_csv(dir.path(), "p.csv", &[format!("mark_payout,yes,,{uuid},,,,,,,")]);
+        let args =
+            ["actions", "apply", file.to_str().unwrap(), "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
+        let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY), ("CREATOR_ETL_CRASH_AT", point)]);
+        assert!(!o.status.success(), "{point}: crashed\n{}", show(&args, &o));
+        let o = actions(&emu, &out, "plan", &file, &[], FULL_KEY);
+        assert!(String::from_utf8_lossy(&o.stdout).contains("send again"), "{point}: {}", show(&[], &o));
+        let o = actions(&emu, &out, "apply", &file, &[], FULL_KEY);
+        assert_exit(&[], &o, 0);
+        let marks = writes_to(&emu, uuid);
+        assert_eq!(marks.iter().filter(|w| w.outcome == "marked").count(), 1, "{point}: {marks:?}");
+        let expected_sends = if point == "actions-after-intent" { 1 } else { 2 };
+        assert_eq!(marks.len(), expected_sends, "{point}: {marks:?}");
+        let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+        assert_eq!(got[&2].0, if expected_sends == 1 { "applied" } else { "noop" }, "{point}");
+    }
+}
