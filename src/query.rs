@@ -1,0 +1,290 @@
+//! Named queries over the warehouse (`queries/*.sql`), run on a read-only connection and printed
+//! as a table (Arrow's pretty printer), CSV or JSON lines.
+//!
+//! The SQL files are the single source: they are compiled into the binary, so `creator-etl query
+//! NAME` works from anywhere, and the notebooks read the same files from `queries/`.
+//! Each file opens with `--` comments: its purpose, `-- params: NAME (default …), …` and
+//! `-- columns: …`. Parameters reach the SQL as DuckDB variables (`getvariable('NAME')`, text,
+//! cast by the query): the query's own text is never edited.
+
+use std::path::{Path, PathBuf};
+
+use duckdb::arrow::array::Array;
+use duckdb::arrow::datatypes::DataType;
+use duckdb::arrow::record_batch::RecordBatch;
+use duckdb::arrow::util::display::{ArrayFormatter, FormatOptions};
+use thiserror::Error;
+
+/// The named queries, in `queries/`.
+pub const QUERIES: [(&str, &str); 8] = [
+    ("wow_latest", include_str!("../queries/wow_latest.sql")),
+    ("weekly_trend", include_str!("../queries/weekly_trend.sql")),
+    ("cohort_acceptance", include_str!("../queries/cohort_acceptance.sql")),
+    ("cohort_by_month", include_str!("../queries/cohort_by_month.sql")),
+    ("pending_queue", include_str!("../queries/pending_queue.sql")),
+    ("status_changes", include_str!("../queries/status_changes.sql")),
+    ("action_outcomes", include_str!("../queries/action_outcomes.sql")),
+    ("run_health", include_str!("../queries/run_health.sql")),
+];
+
+#[derive(Debug, Error)]
+pub enum QueryError {
+    #[error("no query named `{0}`, and no such file; the named queries are {names}", names = names())]
+    Unknown(String),
+    #[error("cannot read `{path}`")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`--param {0}`: write NAME=VALUE, NAME made of letters, digits and `_`")]
+    BadParam(String),
+    #[error("`--param {name}`: the query takes {takes}")]
+    UnknownParam { name: String, takes: String },
+    #[error("no warehouse at `{0}`; run `creator-etl run` (or `creator-etl demo`) first")]
+    NoWarehouse(String),
+    #[error("query failed: {0}")]
+    Db(String),
+}
+
+/// The SQL of a named query.
+pub fn named(name: &str) -> Option<&'static str> {
+    QUERIES.iter().find(|(n, _)| *n == name).map(|(_, sql)| *sql)
+}
+
+fn names() -> String {
+    QUERIES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+}
+
+/// Output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Csv,
+    Json,
+}
+
+/// A validated query request.
+#[derive(Clone, Debug)]
+pub struct QueryConfig {
+    pub warehouse: PathBuf,
+    pub name: String,
+    pub sql: String,
+    pub params: Vec<(String, String)>,
+    pub format: Format,
+}
+
+/// The parameters a query declares in its `-- params:` line.
+pub fn declared_params(sql: &str) -> Vec<String> {
+    sql.lines()
+        .take_while(|l| l.starts_with("--"))
+        .find_map(|l| l.strip_prefix("-- params:"))
+        .map(|rest| {
+            rest.split(',')
+                .filter_map(|p| p.split_whitespace().next())
+                .filter(|p| p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !p.starts_with('('))
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The columns a query declares in its `-- columns:` line.
+pub fn declared_columns(sql: &str) -> Vec<String> {
+    sql.lines()
+        .take_while(|l| l.starts_with("--"))
+        .find_map(|l| l.strip_prefix("-- columns:"))
+        .map(|rest| rest.split(',').map(|c| c.trim().to_owned()).filter(|c| !c.is_empty()).collect())
+        .unwrap_or_default()
+}
+
+impl QueryConfig {
+    /// Resolves a name or a file and validates the parameters against its `-- params:` line.
+    pub fn new(warehouse: PathBuf, name_or_file: &str, params: &[String], format: Format) -> Result<Self, QueryError> {
+        let (name, sql) = match named(name_or_file) {
+            Some(sql) => (name_or_file.to_owned(), sql.to_owned()),
+            None => {
+                let path = Path::new(name_or_file);
+                if !path.is_file() {
+                    return Err(QueryError::Unknown(name_or_file.to_owned()));
+                }
+                let sql = std::fs::read_to_string(path)
+                    .map_err(|source| QueryError::Read { path: name_or_file.to_owned(), source })?;
+                (name_or_file.to_owned(), sql)
+            }
+        };
+        let declared = declared_params(&sql);
+        let mut parsed = vec![];
+        for p in params {
+            let (k, v) = p.split_once('=').ok_or_else(|| QueryError::BadParam(p.clone()))?;
+            let k = k.trim();
+            if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(QueryError::BadParam(p.clone()));
+            }
+            if !declared.iter().any(|d| d == k) {
+                let takes = if declared.is_empty() {
+                    "no parameters".to_owned()
+                } else {
+                    format!("only {}", declared.join(", "))
+                };
+                return Err(QueryError::UnknownParam { name: k.to_owned(), takes });
+            }
+            parsed.push((k.to_owned(), v.to_owned()));
+        }
+        Ok(QueryConfig { warehouse, name, sql, params: parsed, format })
+    }
+}
+
+fn db(e: duckdb::Error) -> QueryError {
+    QueryError::Db(e.to_string())
+}
+
+/// Runs a query on a read-only connection and returns its batches.
+pub fn run(config: &QueryConfig) -> Result<Vec<RecordBatch>, QueryError> {
+    if !config.warehouse.is_file() {
+        return Err(QueryError::NoWarehouse(config.warehouse.display().to_string()));
+    }
+    let flags = duckdb::Config::default().access_mode(duckdb::AccessMode::ReadOnly).map_err(db)?;
+    let conn = duckdb::Connection::open_with_flags(&config.warehouse, flags).map_err(db)?;
+    crate::load::warehouse::no_downloads(&conn).map_err(db)?;
+    for (k, v) in &config.params {
+        // The name is checked to be an identifier; the value is a string literal, quotes doubled.
+        conn.execute_batch(&format!("SET VARIABLE {k} = '{}';", v.replace('\'', "''"))).map_err(db)?;
+    }
+    let mut stmt = conn.prepare(&config.sql).map_err(db)?;
+    let arrow = stmt.query_arrow([]).map_err(db)?;
+    let schema = arrow.get_schema();
+    let mut batches: Vec<RecordBatch> = arrow.collect();
+    if batches.is_empty() {
+        batches.push(RecordBatch::new_empty(schema));
+    }
+    batches.iter().map(utc_as_offset).collect()
+}
+
+/// DuckDB labels TIMESTAMPTZ columns `UTC`. Arrow prints only offset zones
+/// without its chrono-tz feature, so the label becomes `+00:00`: the same instant, same values.
+fn utc_as_offset(batch: &RecordBatch) -> Result<RecordBatch, QueryError> {
+    use duckdb::arrow::datatypes::{Field, Schema};
+    let mut fields = vec![];
+    let mut columns = vec![];
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        match field.data_type() {
+            DataType::Timestamp(unit, Some(tz)) if tz.eq_ignore_ascii_case("utc") => {
+                let t = DataType::Timestamp(*unit, Some("+00:00".into()));
+                let data = column.to_data().into_builder().data_type(t.clone()).build();
+                let data = data.map_err(|e| QueryError::Db(e.to_string()))?;
+                fields.push(Field::new(field.name(), t, field.is_nullable()));
+                columns.push(duckdb::arrow::array::make_array(data));
+            }
+            _ => {
+                fields.push(field.as_ref().clone());
+                columns.push(column.clone());
+            }
+        }
+    }
+    RecordBatch::try_new(std::sync::Arc::new(Schema::new(fields)), columns).map_err(|e| QueryError::Db(e.to_string()))
+}
+
+/// Renders batches in a format.
+pub fn render(batches: &[RecordBatch], format: Format) -> Result<String, QueryError> {
+    let fail = |e: duckdb::arrow::error::ArrowError| QueryError::Db(e.to_string());
+    match format {
+        Format::Table => {
+            let mut s = duckdb::arrow::util::pretty::pretty_format_batches(batches).map_err(fail)?.to_string();
+            s.push('\n');
+            Ok(s)
+        }
+        Format::Csv => {
+            let mut w = csv::Writer::from_writer(vec![]);
+            if let Some(b) = batches.first() {
+                w.write_record(b.schema().fields().iter().map(|f| f.name().as_str())).expect("in-memory CSV");
+            }
+            let options = FormatOptions::default().with_null("");
+            for b in batches {
+                let fmts = b
+                    .columns()
+                    .iter()
+                    .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+                    .collect::<Result<Vec<_>, _>>();
+                let fmts = fmts.map_err(fail)?;
+                for row in 0..b.num_rows() {
+                    w.write_record(fmts.iter().map(|f| f.value(row).to_string())).expect("in-memory CSV");
+                }
+            }
+            Ok(String::from_utf8_lossy(&w.into_inner().expect("in-memory CSV")).into_owned())
+        }
+        Format::Json => {
+            let mut out = String::new();
+            let options = FormatOptions::default();
+            for b in batches {
+                let schema = b.schema();
+                let fmts = b
+                    .columns()
+                    .iter()
+                    .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+                    .collect::<Result<Vec<_>, _>>();
+                let fmts = fmts.map_err(fail)?;
+                for row in 0..b.num_rows() {
+                    let mut obj = serde_json::Map::new();
+                    for (i, field) in schema.fields().iter().enumerate() {
+                        let col = b.column(i);
+                        let value = if col.is_null(row) {
+                            serde_json::Value::Null
+                        } else {
+                            json_value(field.data_type(), &fmts[i].value(row).to_string())
+                        };
+                        obj.insert(field.name().clone(), value);
+                    }
+                    out.push_str(&serde_json::Value::Object(obj).to_string());
+                    out.push('\n');
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// A cell as JSON: numbers and booleans as such, everything else as its text.
+fn json_value(t: &DataType, text: &str) -> serde_json::Value {
+    let numeric = t.is_integer() || t.is_floating() || matches!(t, DataType::Decimal128(..));
+    if numeric {
+        if let Ok(n) = text.parse::<serde_json::Number>() {
+            return serde_json::Value::Number(n);
+        }
+    }
+    if matches!(t, DataType::Boolean) {
+        return serde_json::Value::Bool(text == "true");
+    }
+    serde_json::Value::String(text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_query_documents_its_purpose_params_and_columns() {
+        for (name, sql) in QUERIES {
+            assert!(sql.starts_with(&format!("-- {name}: ")), "{name} opens with its purpose");
+            assert!(sql.lines().any(|l| l.starts_with("-- params:")), "{name} lists its params");
+            assert!(!declared_columns(sql).is_empty(), "{name} lists its columns");
+            let on_disk =
+                std::fs::read_to_string(format!("{}/queries/{name}.sql", env!("CARGO_MANIFEST_DIR"))).unwrap();
+            assert_eq!(on_disk, sql);
+        }
+        assert_eq!(declared_params(QUERIES[0].1), ["days"]);
+        assert!(declared_params(QUERIES[2].1).is_empty(), "`(none)` declares nothing");
+    }
+
+    #[test]
+    fn params_are_checked_against_the_declaration() {
+        let w = PathBuf::from("w.duckdb");
+        assert!(QueryConfig::new(w.clone(), "wow_latest", &["days=30".into()], Format::Table).is_ok());
+        let e = QueryConfig::new(w.clone(), "wow_latest", &["dayz=30".into()], Format::Table).unwrap_err();
+        assert_eq!(e.to_string(), "`--param dayz`: the query takes only days");
+        let e = QueryConfig::new(w.clone(), "wow_latest", &["days".into()], Format::Table).unwrap_err();
+        assert!(matches!(e, QueryError::BadParam(_)));
+        let e = QueryConfig::new(w, "nope", &[], Format::Table).unwrap_err();
+        assert!(e.to_string().contains("wow_latest, weekly_trend"), "{e}");
+    }
+}

@@ -1,0 +1,198 @@
+//! `creator-etl demo`, the named queries over its warehouse, and the notebooks executed top to
+//! bottom by a real Jupyter kernel against it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use creator_etl::query::{declared_columns, QUERIES};
+
+use crate::util::*;
+
+/// One demo output shared by the tests of this file (the demo takes a few seconds).
+fn demo_out() -> &'static Path {
+    static OUT: OnceLock<PathBuf> = OnceLock::new();
+    OUT.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("demo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("data");
+        let args = ["demo", "--out", out.to_str().unwrap(), "--applications", "800"];
+        let o = run_bin(&dir, &args, &[]);
+        assert_exit(&args, &o, 0);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        for part in [
+            "== rows per table",
+            "== biggest week-over-week movers",
+            "== acceptance by monthly-post-count bucket",
+            "== status changes recorded by the second run: 24",
+            "== actions replayed from examples/reviewed.csv",
+            "applied 5",
+            "== next",
+            "creator-etl query wow_latest",
+            "CREATOR_API_KEY",
+        ] {
+            assert!(stdout.contains(part), "the summary shows {part:?}:\n{}", show(&args, &o));
+        }
+        out
+    })
+}
+
+fn query(out: &Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["query"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--out", out.to_str().unwrap()]);
+    run_bin(out.parent().unwrap(), &all, &[])
+}
+
+/// The example reviewed file ends as it says, row by row, against the seed-42 emulator.
+#[test]
+fn the_demo_applies_the_example_file_as_documented() {
+    let out = demo_out();
+    let c = duckdb::Connection::open_with_flags(
+        out.join("warehouse.duckdb"),
+        duckdb::Config::default().access_mode(duckdb::AccessMode::ReadOnly).unwrap(),
+    )
+    .unwrap();
+    let mut stmt = c.prepare("SELECT row_id, outcome FROM action_results ORDER BY line").unwrap();
+    let got: Vec<(String, String)> =
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|r| r.unwrap()).collect();
+    let want = [
+        ("fix-001", "applied"),
+        ("fix-002", "applied"),
+        ("fix-003", "applied"),
+        ("fix-004", "skipped_not_approved"),
+        ("fix-005", "failed"),
+        ("pay-001", "applied"),
+        ("pay-002", "applied"),
+        ("pay-003", "noop"),
+    ];
+    let got: Vec<(&str, &str)> = got.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    assert_eq!(got, want);
+    // A directory with data a demo did not make is refused.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("warehouse.duckdb"), b"real data").unwrap();
+    let args = ["demo", "--out", dir.path().to_str().unwrap()];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("holds data that a demo did not make"));
+}
+
+/// Every named query runs on the demo warehouse and answers with the columns its header names,
+/// in every format.
+#[test]
+fn every_named_query_answers_with_its_declared_columns() {
+    let out = demo_out();
+    for (name, sql) in QUERIES {
+        let columns = declared_columns(sql);
+        let o = query(out, &[name, "--format", "csv"]);
+        assert_exit(&[name], &o, 0);
+        let text = String::from_utf8_lossy(&o.stdout);
+        let header: Vec<&str> = text.lines().next().unwrap_or_default().split(',').collect();
+        assert_eq!(header, columns, "{name}: columns");
+        assert!(text.lines().count() > 1, "{name}: the demo warehouse gives it rows:\n{text}");
+        let o = query(out, &[name, "--format", "json"]);
+        assert_exit(&[name], &o, 0);
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let row: serde_json::Value = serde_json::from_str(line).unwrap();
+            let keys: Vec<&String> = row.as_object().unwrap().keys().collect();
+            assert_eq!(keys.len(), columns.len(), "{name}: {line}");
+        }
+        let o = query(out, &[name]);
+        assert_exit(&[name], &o, 0);
+        assert!(String::from_utf8_lossy(&o.stdout).starts_with("+-"), "{name}: a table");
+    }
+    // Parameters, and their errors.
+    let o = query(out, &["wow_latest", "--param", "days=3", "--format", "csv"]);
+    assert_exit(&[], &o, 0);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1 + 2 * 3, "3 days of 2 metrics");
+    let o = query(out, &["wow_latest", "--param", "weeks=3"]);
+    assert_exit(&[], &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the query takes only days"));
+    let o = query(out, &["no_such_query"]);
+    assert_exit(&[], &o, 2);
+    // A SQL file works too.
+    let file = out.parent().unwrap().join("mine.sql");
+    std::fs::write(&file, "SELECT count(*) AS n FROM applications").unwrap();
+    let o = query(out, &[file.to_str().unwrap(), "--format", "csv"]);
+    assert_exit(&[], &o, 0);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "n\n800\n");
+}
+
+/// A virtualenv with `notebooks/requirements.txt` under the target directory, made once.
+fn notebook_python() -> PathBuf {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("notebook-venv");
+    let python = venv.join("bin/python");
+    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks/requirements.txt");
+    let wanted = std::fs::read_to_string(&requirements).unwrap();
+    let stamp = venv.join("requirements.installed");
+    if python.exists() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
+        return python;
+    }
+    let run = |cmd: &mut Command| {
+        let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        assert!(
+            o.status.success(),
+            "{cmd:?}:\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    if !python.exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
+    }
+    run(Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+        .arg(&requirements));
+    std::fs::write(&stamp, wanted).unwrap();
+    python
+}
+
+const EXECUTE: &str = r#"
+import sys, nbformat, nbclient
+nb = nbformat.read(sys.argv[1], as_version=4)
+client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}})
+client.execute()
+images = sum(1 for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {}))
+print(f"executed {len(nb.cells)} cells, {images} figures")
+"#;
+
+/// Each notebook runs top to bottom under a real Jupyter kernel against the demo warehouse; a
+/// failing cell fails the test. The committed notebooks carry no outputs.
+#[test]
+fn notebooks_run_top_to_bottom_against_the_demo_warehouse() {
+    let out = demo_out();
+    let python = notebook_python();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks");
+    let mut ran = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "ipynb") {
+            continue;
+        }
+        let nb: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for cell in nb["cells"].as_array().unwrap().iter().filter(|c| c["cell_type"] == "code") {
+            assert_eq!(cell["outputs"], serde_json::json!([]), "{}: outputs are stripped", path.display());
+            assert!(cell["execution_count"].is_null(), "{}: execution counts are stripped", path.display());
+        }
+        let o = Command::new(&python)
+            .args(["-c", EXECUTE])
+            .arg(&path)
+            .arg(&dir)
+            .env("CREATOR_ETL_WAREHOUSE", out.join("warehouse.duckdb"))
+            .env("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{} failed:\n{}\n{}",
+            path.display(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(!stdout.contains(" 0 figures"), "{}: {stdout}", path.display());
+        ran += 1;
+    }
+    assert_eq!(ran, 3);
+}
