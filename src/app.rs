@@ -9,9 +9,14 @@ use crate::api::models::ApplicationStatus;
 use crate::api::{ApiError, ApplicationsQuery, Client, MetricsSnapshot};
 use tokio::sync::watch;
 
-use crate::cli::{validate_both, Cli, Command, EmulatorArgs, ExtractArgs, GlobalArgs};
-
+use crate::action::{ActionConfig, ActionReport, Reviewed};
+use crate::cli::{
+    validate_both, ActionsArgs, ActionsCommand, Cli, Command, EmulatorArgs, ExtractArgs, GlobalArgs, LoadArgs,
+    QueryArgs, RunArgs,
+};
 use crate::emulator::Emulator;
+use crate::extract::{ExtractConfig, ExtractReport};
+use crate::load::{LoadConfig, LoadReport};
 use crate::{exit, Error};
 
 pub async fn run(cli: Cli) -> Result<u8, Error> {
@@ -19,11 +24,19 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         Command::Check => check(&cli.global).await,
         Command::Emulator(args) => emulator(args, &cli.global).await,
         Command::Extract(args) => extract(args, &cli.global).await,
+        Command::Load(args) => load(args, &cli.global).await,
+        Command::Run(args) => run_all(args, &cli.global).await,
+        Command::Actions(ActionsCommand::Plan(args)) => actions_plan(args, &cli.global),
+        Command::Actions(ActionsCommand::Apply(args)) => actions_apply(args, &cli.global).await,
+        Command::Query(args) => query(args, &cli.global),
+        Command::Demo(args) => {
+            crate::demo::run(&crate::demo::DemoConfig::new(&cli.global, args.applications, args.seed)?).await
+        }
     }
 }
 
 /// A stop flag raised by the first Ctrl-C or SIGTERM; a second one exits at once.
-fn stop_signal() -> watch::Receiver<bool> {
+pub(crate) fn stop_signal() -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_shutdown().await;
@@ -33,6 +46,122 @@ fn stop_signal() -> watch::Receiver<bool> {
         std::process::exit(i32::from(exit::INTERRUPTED));
     });
     rx
+}
+
+/// Loads on a blocking thread: DuckDB and Polars work synchronously.
+async fn load_blocking(config: LoadConfig, run_id: String, report: Option<ExtractReport>) -> Result<LoadReport, Error> {
+    tokio::task::spawn_blocking(move || crate::load::run(&config, &run_id, report.as_ref()))
+        .await
+        .map_err(|e| Error::Io {
+            context: "the load task failed".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?
+        .map_err(Error::from)
+}
+
+async fn load(args: &LoadArgs, global: &GlobalArgs) -> Result<u8, Error> {
+    let config = args.options.config(global)?;
+    let _lock = config.out.lock("load")?;
+    let run_id = match &args.from_raw {
+        Some(id) => id.clone(),
+        None => crate::load::latest_complete_run(&config.out)?,
+    };
+    let report: Option<ExtractReport> =
+        std::fs::read(config.out.report_path(&run_id)).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let loaded = load_blocking(config, run_id, report).await?;
+    print_json(&loaded)?;
+    Ok(exit::OK)
+}
+
+/// What `run` prints: every stage's report.
+#[derive(Debug, Serialize)]
+pub struct RunReport {
+    pub extract: ExtractReport,
+    pub load: LoadReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actions: Option<ActionReport>,
+}
+
+impl RunReport {
+    /// The exit code of a finished run: the actions stage's, if any.
+    fn exit_code(&self) -> u8 {
+        self.actions.as_ref().map_or(exit::OK, actions_exit_code)
+    }
+}
+
+/// Extract, transform and load, then apply the reviewed actions if given. The caller validated
+/// everything and holds the lock.
+pub async fn pipeline(
+    client: &Client,
+    config: &ExtractConfig,
+    load_config: LoadConfig,
+    actions: Option<(ActionConfig, Reviewed)>,
+    stop: watch::Receiver<bool>,
+) -> Result<RunReport, Error> {
+    let extracted = crate::extract::run(config, client, stop.clone()).await?;
+    let loaded = load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone())).await?;
+    let actions = match actions {
+        Some((action_config, reviewed)) => Some(crate::action::apply(&action_config, &reviewed, client, stop).await?),
+        None => None,
+    };
+    Ok(RunReport { extract: extracted, load: loaded, actions })
+}
+
+async fn run_all(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
+    let (client_config, (config, load_config)) =
+        validate_both(global.client_config(), validate_both(args.extract.config(global), args.options.config(global)))?;
+    if config.plan_only {
+        return Err(Error::Config(vec!["`--plan-only` belongs to `creator-etl extract`".into()]));
+    }
+    // The reviewed file is validated before anything is fetched.
+    let actions = args.actions.as_deref().map(|file| args.guards.config(file, global)).transpose()?;
+    let client = Client::new(client_config)?;
+    let _lock = config.out.lock("run")?;
+    let report = pipeline(&client, &config, load_config, actions, stop_signal()).await?;
+    print_json(&report)?;
+    Ok(report.exit_code())
+}
+
+fn query(args: &QueryArgs, global: &GlobalArgs) -> Result<u8, Error> {
+    let config = args.config(global)?;
+    let text = crate::query::render(&crate::query::run(&config)?, config.format)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).map_err(|source| Error::Io { context: "cannot write to stdout".into(), source })?;
+    Ok(exit::OK)
+}
+
+fn actions_plan(args: &ActionsArgs, global: &GlobalArgs) -> Result<u8, Error> {
+    let (config, reviewed) = args.guards.config(&args.file, global)?;
+    let plan = crate::action::plan(&config, &reviewed)?;
+    let mut out = std::io::stdout().lock();
+    write!(out, "{plan}").map_err(|source| Error::Io { context: "cannot write to stdout".into(), source })?;
+    Ok(exit::OK)
+}
+
+async fn actions_apply(args: &ActionsArgs, global: &GlobalArgs) -> Result<u8, Error> {
+    let (client_config, (config, reviewed)) =
+        validate_both(global.client_config(), args.guards.config(&args.file, global))?;
+    let client = Client::new(client_config)?;
+    let _lock = config.out.lock("actions")?;
+    let report = crate::action::apply(&config, &reviewed, &client, stop_signal()).await?;
+    print_json(&report)?;
+    Ok(actions_exit_code(&report))
+}
+
+/// Prints the summary of an actions run on stderr and picks its exit code: 4 when the key was
+/// refused, 130 when interrupted, 3 when any approved row did not succeed.
+pub(crate) fn actions_exit_code(report: &ActionReport) -> u8 {
+    eprintln!("{}", crate::action::summary(report));
+    if report.stopped_by_auth {
+        eprintln!("error: {}", report.stopped.as_deref().unwrap_or("the API key was refused"));
+        exit::AUTH
+    } else if report.stopped.is_some() {
+        exit::INTERRUPTED
+    } else if report.all_ok() {
+        exit::OK
+    } else {
+        exit::ACTIONS_FAILED
+    }
 }
 
 async fn extract(args: &ExtractArgs, global: &GlobalArgs) -> Result<u8, Error> {
@@ -70,7 +199,7 @@ async fn check(global: &GlobalArgs) -> Result<u8, Error> {
     Ok(exit::OK)
 }
 
-fn print_json<T: Serialize>(value: &T) -> Result<(), Error> {
+pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<(), Error> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| Error::Api(ApiError::InvalidRequest(format!("cannot encode the report: {e}"))))?;
     let mut out = std::io::stdout().lock();
@@ -103,7 +232,7 @@ async fn emulator(args: &EmulatorArgs, global: &GlobalArgs) -> Result<u8, Error>
     Ok(exit::OK)
 }
 
-async fn wait_for_shutdown() {
+pub(crate) async fn wait_for_shutdown() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -10,12 +10,14 @@ use chrono::NaiveDate;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use reqwest::Url;
 
+use crate::action::{ActionConfig, ActionKind, Reviewed};
 use crate::api::models::ApplicationStatus;
 use crate::api::{ApiKey, ClientConfig, PacingConfig, RetryPolicy, API_KEY_ENV, DEFAULT_BASE_URL};
 use crate::emulator::{EmulatorConfig, FaultConfig, GenConfig, Keys, RatePolicy};
 use crate::extract::ExtractConfig;
+use crate::load::LoadConfig;
 use crate::out::OutDir;
-
+use crate::query::{Format, QueryConfig};
 use crate::Error;
 
 #[derive(Debug, Parser)]
@@ -23,7 +25,7 @@ use crate::Error;
     name = "creator-etl",
     version,
     about = "Extract a creator-marketing service's data into Parquet and DuckDB, and replay reviewed corrections",
-    after_help = "The API key is read from the CREATOR_API_KEY environment variable or --api-key-file, never from a flag.\nExit codes: 0 ok, 1 failed, 2 usage/config/input error, 3 some action rows failed, 4 key rejected (401/403), 5 --out locked."
+    after_help = "The API key is read from the CREATOR_API_KEY environment variable or --api-key-file, never from a flag.\nExit codes: 0 ok, 1 failed, 2 usage/config/input error, 3 some action rows failed, 4 key rejected (401/403), 5 --out locked, 130 interrupted."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -100,6 +102,137 @@ pub enum Command {
     /// Crawl every application and the content statistics into the raw landing; resumes an
     /// unfinished run; prints the run report on stdout
     Extract(ExtractArgs),
+    /// Transform a raw run and load it into the DuckDB warehouse and Parquet, without calling
+    /// the API; prints the load report on stdout
+    Load(LoadArgs),
+    /// Extract, transform and load in one go, then optionally apply reviewed actions: the
+    /// command to schedule
+    Run(RunArgs),
+    /// Replay approved rows of a reviewed CSV (sale corrections, payout markings), exactly once
+    #[command(subcommand)]
+    Actions(ActionsCommand),
+    /// Run a named query (`queries/`) or a SQL file against the warehouse, read-only
+    Query(QueryArgs),
+    /// The whole product on this machine: an in-process emulator, `run`, the example actions,
+    /// and a summary (writes only into an empty directory or an earlier demo's)
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Applications of the emulated organization
+    #[arg(long, default_value_t = 5000)]
+    pub applications: usize,
+    /// Seed of the emulated data (the example reviewed CSV matches seed 42)
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// A named query (wow_latest, weekly_trend, cohort_acceptance, cohort_by_month, pending_queue,
+    /// status_changes, action_outcomes, run_health) or the path of a .sql file
+    #[arg(value_name = "NAME|FILE")]
+    pub query: String,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// A parameter the query declares, as NAME=VALUE (repeatable), e.g. `--param days=30`
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
+}
+
+impl QueryArgs {
+    pub fn config(&self, global: &GlobalArgs) -> Result<QueryConfig, Error> {
+        Ok(QueryConfig::new(global.out.join("warehouse.duckdb"), &self.query, &self.params, self.format)?)
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ActionsCommand {
+    /// Validate the whole file and print what `apply` would do; sends nothing
+    Plan(ActionsArgs),
+    /// Validate the whole file, then send its approved rows once each; prints a JSON report on
+    /// stdout and a summary on stderr
+    Apply(ActionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ActionsArgs {
+    /// The reviewed CSV
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub guards: ActionGuards,
+}
+
+/// Limits on what an actions run may send.
+#[derive(Debug, Args)]
+pub struct ActionGuards {
+    /// Refuse (sending nothing) when more than N rows would be sent
+    #[arg(long, value_name = "N")]
+    pub max_rows: Option<usize>,
+    /// Send only rows of this action
+    #[arg(long, value_enum, value_name = "ACTION")]
+    pub only: Option<ActionKind>,
+}
+
+impl ActionGuards {
+    /// Validates an actions request: the guards and the whole file, before any I/O elsewhere.
+    pub fn config(&self, file: &std::path::Path, global: &GlobalArgs) -> Result<(ActionConfig, Reviewed), Error> {
+        if self.max_rows == Some(0) {
+            return Err(Error::Config(vec!["`--max-rows` must be at least 1".into()]));
+        }
+        let reviewed = crate::action::read(file)?;
+        let config = ActionConfig {
+            out: OutDir::new(&global.out),
+            file: file.to_path_buf(),
+            max_rows: self.max_rows,
+            only: self.only,
+        };
+        Ok((config, reviewed))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Raw run to load [default: the newest run that finished extracting]
+    #[arg(long, value_name = "RUN_ID")]
+    pub from_raw: Option<String>,
+    #[command(flatten)]
+    pub options: LoadOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub extract: ExtractArgs,
+    #[command(flatten)]
+    pub options: LoadOptions,
+    /// After the load, apply this reviewed CSV (validated before anything is fetched)
+    #[arg(long, value_name = "FILE")]
+    pub actions: Option<PathBuf>,
+    #[command(flatten)]
+    pub guards: ActionGuards,
+}
+
+#[derive(Debug, Args)]
+pub struct LoadOptions {
+    /// Bucket edges of monthly posts for `post_count_cohorts`, comma-separated, increasing
+    #[arg(long, value_delimiter = ',', default_value = "1,5,13,31", value_name = "LIST")]
+    pub cohort_edges: Vec<i64>,
+    /// Fail the load when a data-quality check finds a problem (otherwise it is recorded)
+    #[arg(long)]
+    pub strict: bool,
+}
+
+impl LoadOptions {
+    pub fn config(&self, global: &GlobalArgs) -> Result<LoadConfig, Error> {
+        if let Err(e) = crate::transform::buckets(&self.cohort_edges) {
+            return Err(Error::Config(vec![format!("`--cohort-edges`: {e}")]));
+        }
+        Ok(LoadConfig { out: OutDir::new(&global.out), cohort_edges: self.cohort_edges.clone(), strict: self.strict })
+    }
 }
 
 #[derive(Debug, Args)]

@@ -2,9 +2,12 @@
 
 use thiserror::Error;
 
+use crate::action::ActionError;
 use crate::api::{ApiError, KeyError};
 use crate::extract::ExtractError;
+use crate::load::LoadError;
 use crate::out::OutError;
+use crate::query::QueryError;
 
 /// Exit codes, documented in the README.
 pub mod exit {
@@ -37,6 +40,12 @@ pub enum Error {
     Extract(#[from] ExtractError),
     #[error(transparent)]
     Out(#[from] OutError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Action(#[from] ActionError),
+    #[error(transparent)]
+    Query(#[from] QueryError),
     #[error("cannot listen on `{addr}`")]
     Bind {
         addr: String,
@@ -62,7 +71,15 @@ impl Error {
             Error::Out(OutError::Locked { .. }) | Error::Extract(ExtractError::Out(OutError::Locked { .. })) => {
                 exit::LOCKED
             }
-
+            Error::Load(
+                LoadError::NoRuns(_) | LoadError::Incomplete(_) | LoadError::Extract(ExtractError::NoSuchRun(_)),
+            ) => exit::USAGE,
+            Error::Action(ActionError::Read { .. } | ActionError::Invalid { .. } | ActionError::TooManyRows { .. }) => {
+                exit::USAGE
+            }
+            Error::Action(ActionError::Out(OutError::Locked { .. })) => exit::LOCKED,
+            Error::Query(QueryError::Db(_)) => exit::FAILED,
+            Error::Query(_) => exit::USAGE,
             _ => exit::FAILED,
         }
     }

@@ -1,9 +1,12 @@
 //! The one integration-test binary: everything over real HTTP on 127.0.0.1.
 
+mod actions;
 mod api;
 mod cli;
+mod demo;
 mod emulator_http;
 mod extract;
+mod load;
 mod pacing;
 mod readme;
 mod util;

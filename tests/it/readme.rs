@@ -6,7 +6,7 @@ use creator_etl::cli::Cli;
 const README: &str = include_str!("../../README.md");
 
 /// `creator-etl …` command lines in the README's `sh` blocks, continuations joined, with any
-/// shell pipe or substitution around them cut off.
+/// shell pipe, redirection, substitution or comment after them cut off.
 fn command_lines() -> Vec<String> {
     let mut lines = vec![];
     let mut in_sh = false;
@@ -25,7 +25,7 @@ fn command_lines() -> Vec<String> {
         }
         let full = std::mem::take(&mut pending);
         if let Some(start) = full.find("creator-etl ") {
-            let cmd = full[start..].split(['|', ')']).next().unwrap().trim().to_owned();
+            let cmd = full[start..].split(['|', ')', '>', '#']).next().unwrap().trim().to_owned();
             lines.push(cmd);
         }
     }
