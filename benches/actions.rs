@@ -6,21 +6,15 @@
 //!
 //! `cargo bench --bench actions -- [--reps N] [--updates N] [--interval-ms MS]`
 
+mod common;
+
+use common::{arg, median};
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use creator_etl::api::models::SaleStatus;
 use creator_etl::emulator::{Emulator, EmulatorConfig, PayoutKind, MAIN_ORG};
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
 
 struct Sample {
     wall_s: f64,

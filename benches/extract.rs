@@ -5,6 +5,10 @@
 //!
 //! `cargo bench --bench extract -- [--applications N] [--reps N] [--concurrency N]`
 
+mod common;
+
+use common::{arg, median};
+
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,16 +27,6 @@ struct Sample {
     rate_limited: u64,
     peak_rss_mb: f64,
     in_flight: f64,
-}
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 /// Peak resident set of a running process, from `/proc` (kB → MB).

@@ -4,6 +4,10 @@
 //!
 //! `cargo bench --bench load -- [--applications N] [--years N] [--reps N]`
 
+mod common;
+
+use common::arg;
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -13,11 +17,6 @@ use creator_etl::extract::{ContentRow, Extracted, Metric, Observation, RunSpec};
 use creator_etl::load::{load_extracted, LoadConfig};
 use creator_etl::out::OutDir;
 use creator_etl::transform::DEFAULT_COHORT_EDGES;
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 fn peak_rss_mb() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

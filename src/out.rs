@@ -142,6 +142,15 @@ pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<
     write_atomic(path, &bytes)
 }
 
+/// Aborts the process at a named point when `CREATOR_ETL_CRASH_AT` names it: how the
+/// crash-safety tests die exactly between two writes. Never set in normal use.
+pub fn crash_point(name: &str) {
+    if std::env::var("CREATOR_ETL_CRASH_AT").is_ok_and(|v| v == name) {
+        eprintln!("crash injected at `{name}`");
+        std::process::abort();
+    }
+}
+
 /// A new run id: UTC time to the second, sortable, plus 4 random hex digits.
 pub fn new_run_id() -> String {
     format!("{}-{:04x}", Utc::now().format("%Y%m%dT%H%M%SZ"), fastrand::u16(..))

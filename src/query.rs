@@ -201,12 +201,7 @@ pub fn render(batches: &[RecordBatch], format: Format) -> Result<String, QueryEr
             }
             let options = FormatOptions::default().with_null("");
             for b in batches {
-                let fmts = b
-                    .columns()
-                    .iter()
-                    .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-                    .collect::<Result<Vec<_>, _>>();
-                let fmts = fmts.map_err(fail)?;
+                let fmts = formatters(b, &options)?;
                 for row in 0..b.num_rows() {
                     w.write_record(fmts.iter().map(|f| f.value(row).to_string())).expect("in-memory CSV");
                 }
@@ -218,12 +213,7 @@ pub fn render(batches: &[RecordBatch], format: Format) -> Result<String, QueryEr
             let options = FormatOptions::default();
             for b in batches {
                 let schema = b.schema();
-                let fmts = b
-                    .columns()
-                    .iter()
-                    .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-                    .collect::<Result<Vec<_>, _>>();
-                let fmts = fmts.map_err(fail)?;
+                let fmts = formatters(b, &options)?;
                 for row in 0..b.num_rows() {
                     let mut obj = serde_json::Map::new();
                     for (i, field) in schema.fields().iter().enumerate() {
@@ -242,6 +232,15 @@ pub fn render(batches: &[RecordBatch], format: Format) -> Result<String, QueryEr
             Ok(out)
         }
     }
+}
+
+/// A text formatter for each column of a batch.
+fn formatters<'a>(b: &'a RecordBatch, options: &'a FormatOptions<'a>) -> Result<Vec<ArrayFormatter<'a>>, QueryError> {
+    b.columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), options))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| QueryError::Db(e.to_string()))
 }
 
 /// A cell as JSON: numbers and booleans as such, everything else as its text.

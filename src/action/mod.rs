@@ -211,14 +211,6 @@ pub fn plan(config: &ActionConfig, file: &Reviewed) -> Result<String, ActionErro
     Ok(text)
 }
 
-/// Crash points for the crash-safety tests (`CREATOR_ETL_CRASH_AT`); never set in normal use.
-fn crash_point(name: &str) {
-    if std::env::var("CREATOR_ETL_CRASH_AT").is_ok_and(|v| v == name) {
-        eprintln!("crash injected at `{name}`");
-        std::process::abort();
-    }
-}
-
 fn excerpt(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     text.chars().take(300).collect()
@@ -328,9 +320,9 @@ pub async fn apply(
                         tracing::warn!(line = row.line, target = %row.target, interrupted_run = %run, "sending again a row whose answer was lost");
                     }
                     journal.record_intent(&run_id, &file_name, row)?;
-                    crash_point("actions-after-intent");
+                    crate::out::crash_point("actions-after-intent");
                     let auth = send(client, row, &mut result).await;
-                    crash_point("actions-before-outcome");
+                    crate::out::crash_point("actions-before-outcome");
                     journal.record_outcome(&run_id, row, &result)?;
                     tracing::debug!(line = row.line, target = %row.target, outcome = result.outcome.as_str(), status = ?result.http_status, "action");
                     if let Some(e) = auth {

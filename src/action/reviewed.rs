@@ -430,32 +430,13 @@ impl RowParser<'_> {
         }
     }
 
-    fn cents(&mut self, name: &str) -> Option<i64> {
+    /// A non-empty cell through `parse`; its error is the row's problem.
+    fn parsed<T>(&mut self, name: &str, parse: fn(&str) -> Result<T, String>) -> Option<T> {
         let raw = self.cell(name).to_owned();
         if raw.is_empty() {
             return None;
         }
-        match parse_cents(&raw) {
-            Ok(v) => Some(v),
-            Err(m) => {
-                self.error(name, m);
-                None
-            }
-        }
-    }
-
-    fn date(&mut self, name: &str) -> Option<DateInput> {
-        let raw = self.cell(name).to_owned();
-        if raw.is_empty() {
-            return None;
-        }
-        match parse_date(&raw) {
-            Ok(v) => Some(v),
-            Err(m) => {
-                self.error(name, m);
-                None
-            }
-        }
+        parse(&raw).map_err(|m| self.error(name, m)).ok()
     }
 
     fn clearable(&mut self, name: &str, check: fn(&str) -> Result<(), String>) -> Patch<String> {
@@ -511,14 +492,14 @@ impl RowParser<'_> {
             s => Some(s.to_owned()),
         };
         let update = SaleUpdate {
-            total: self.cents("total"),
-            subtotal: self.cents("subtotal"),
+            total: self.parsed("total", parse_cents),
+            subtotal: self.parsed("subtotal", parse_cents),
             currency,
-            occurred_at: self.date("occurred_at"),
-            due_at: self.date("due_at"),
+            occurred_at: self.parsed("occurred_at", parse_date),
+            due_at: self.parsed("due_at", parse_date),
             customer_email: self.clearable("customer_email", check_email),
             customer_name: self.clearable("customer_name", |_| Ok(())),
-            commission: self.cents("commission"),
+            commission: self.parsed("commission", parse_cents),
             status,
             sub_id,
         };

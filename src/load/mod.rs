@@ -175,14 +175,6 @@ fn stage(frames: &mut transform::Frames, dir: &Path) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// Crash points for the crash-safety tests (`CREATOR_ETL_CRASH_AT`); never set in normal use.
-fn crash_point(name: &str) {
-    if std::env::var("CREATOR_ETL_CRASH_AT").is_ok_and(|v| v == name) {
-        eprintln!("crash injected at `{name}`");
-        std::process::abort();
-    }
-}
-
 /// Exports every table to `OUT/parquet/<table>/`, each switched into place atomically.
 pub fn export_parquet(conn: &duckdb::Connection, out: &OutDir, run_id: &str) -> Result<(), LoadError> {
     let root = out.root().join("parquet");
@@ -222,7 +214,7 @@ pub fn export_parquet(conn: &duckdb::Connection, out: &OutDir, run_id: &str) -> 
             let _ = std::fs::remove_dir_all(root.join(old));
         }
         if i == 0 {
-            crash_point("export-after-first-table");
+            crate::out::crash_point("export-after-first-table");
         }
     }
     // Versions left by an interrupted export are no longer referenced.
@@ -348,7 +340,7 @@ pub fn load_extracted(
         }
         let rows = warehouse::row_counts(&conn)?;
         record_run(&conn, run_id, extract_report, &rows, &quality, &stages_ms)?;
-        crash_point("load-before-commit");
+        crate::out::crash_point("load-before-commit");
         conn.execute_batch("COMMIT;").map_err(|e| LoadError::db("commit the load", e))?;
         Ok(rows)
     })();

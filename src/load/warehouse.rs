@@ -75,11 +75,23 @@ CREATE TABLE IF NOT EXISTS runs (
     parquet_exported BOOLEAN NOT NULL DEFAULT false, report_json VARCHAR);
 ";
 
-/// Version 2: the actions journal (one row per sent action and run), every row's result, and a
-/// warning count in `runs` (queries need not parse `warnings_json`).
+/// Version 2: the actions journal (one row per sent action and run), every row's result, a
+/// warning count in `runs` (queries need not parse `warnings_json`), and `cohort_acceptance`
+/// with sizes and pending counts (`queries/cohort_acceptance.sql` reads it).
 const V2: &str = "
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS warnings BIGINT;
 UPDATE runs SET warnings = 0 WHERE warnings IS NULL;
+CREATE OR REPLACE VIEW cohort_acceptance AS
+SELECT bucket, bucket_min, bucket_max,
+       CAST(sum(applications) AS BIGINT) AS applications,
+       CAST(sum(creators) AS BIGINT) AS creators,
+       CAST(coalesce(sum(applications) FILTER (WHERE status = 'accepted'), 0) AS BIGINT) AS accepted,
+       CAST(coalesce(sum(applications) FILTER (WHERE status = 'rejected'), 0) AS BIGINT) AS rejected,
+       CAST(coalesce(sum(applications) FILTER (WHERE status = 'pending'), 0) AS BIGINT) AS pending,
+       CAST(sum(applications) FILTER (WHERE status = 'accepted') AS DOUBLE)
+         / nullif(sum(applications) FILTER (WHERE status IN ('accepted', 'rejected')), 0) AS acceptance_rate
+FROM post_count_cohorts
+GROUP BY bucket, bucket_min, bucket_max;
 CREATE TABLE IF NOT EXISTS action_journal (
     fingerprint VARCHAR NOT NULL, run_id VARCHAR NOT NULL, file VARCHAR NOT NULL, line BIGINT NOT NULL,
     row_id VARCHAR, action VARCHAR NOT NULL, target VARCHAR NOT NULL, body_json VARCHAR NOT NULL,

@@ -15,6 +15,7 @@ use chrono::{Datelike, NaiveDate};
 use polars::prelude::*;
 use thiserror::Error;
 
+use crate::api::models::ConnectedAccount;
 use crate::extract::{ContentRow, Observation};
 
 #[derive(Debug, Error)]
@@ -92,7 +93,7 @@ pub fn buckets(edges: &[i64]) -> Result<Vec<Bucket>, TransformError> {
 }
 
 /// The bucket of an application with these accounts and posts.
-pub fn bucket_of<'a>(buckets: &'a [Bucket], account_count: usize, posts: i64) -> &'a Bucket {
+pub fn bucket_of(buckets: &[Bucket], account_count: usize, posts: i64) -> &Bucket {
     if account_count == 0 {
         return &buckets[0];
     }
@@ -115,16 +116,8 @@ fn date_col(name: &str, values: Vec<i32>) -> PolarsResult<Column> {
 }
 
 fn applications_frame(apps: &[Observation]) -> PolarsResult<(DataFrame, DataFrame)> {
-    let mut account_rows: (Vec<i64>, Vec<i64>, Vec<String>, Vec<Option<String>>, Vec<i64>) = Default::default();
-    for o in apps {
-        for a in &o.app.connected_accounts {
-            account_rows.0.push(o.app.id);
-            account_rows.1.push(a.id);
-            account_rows.2.push(a.provider.to_string());
-            account_rows.3.push(a.username.clone());
-            account_rows.4.push(a.monthly_post_count);
-        }
-    }
+    let accounts: Vec<(i64, &ConnectedAccount)> =
+        apps.iter().flat_map(|o| o.app.connected_accounts.iter().map(move |a| (o.app.id, a))).collect();
     let apps_df = DataFrame::new_infer_height(vec![
         Column::new("id".into(), apps.iter().map(|o| o.app.id).collect::<Vec<_>>()),
         Column::new("status".into(), apps.iter().map(|o| o.app.status.to_string()).collect::<Vec<_>>()),
@@ -149,11 +142,14 @@ fn applications_frame(apps: &[Observation]) -> PolarsResult<(DataFrame, DataFram
         datetime_col("last_seen_at", apps.iter().map(|o| micros(o.observed_at)).collect())?,
     ])?;
     let accounts_df = DataFrame::new_infer_height(vec![
-        Column::new("application_id".into(), account_rows.0),
-        Column::new("account_id".into(), account_rows.1),
-        Column::new("provider".into(), account_rows.2),
-        Column::new("username".into(), account_rows.3),
-        Column::new("monthly_post_count".into(), account_rows.4),
+        Column::new("application_id".into(), accounts.iter().map(|(id, _)| *id).collect::<Vec<_>>()),
+        Column::new("account_id".into(), accounts.iter().map(|(_, a)| a.id).collect::<Vec<_>>()),
+        Column::new("provider".into(), accounts.iter().map(|(_, a)| a.provider.to_string()).collect::<Vec<_>>()),
+        Column::new("username".into(), accounts.iter().map(|(_, a)| a.username.clone()).collect::<Vec<_>>()),
+        Column::new(
+            "monthly_post_count".into(),
+            accounts.iter().map(|(_, a)| a.monthly_post_count).collect::<Vec<_>>(),
+        ),
     ])?;
     Ok((apps_df, accounts_df))
 }

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use creator_etl::api::models::SaleStatus;
@@ -313,23 +312,15 @@ fn a_killed_apply_reruns_to_each_row_exactly_once() {
         let file = write_csv(dir.path(), "k.csv", &rows);
         let before: HashMap<String, usize> =
             sales.iter().map(|s| (s.to_string(), writes_to(&emu, &s.to_string()).len())).collect();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_creator-etl"))
-            .args([
-                "actions",
-                "apply",
-                file.to_str().unwrap(),
-                "--base-url",
-                &emu.base_url,
-                "--out",
-                out.to_str().unwrap(),
-            ])
-            .env("CREATOR_API_KEY", FULL_KEY)
-            .env("CREATOR_MIN_INTERVAL_MS", "0")
-            .env("CREATOR_HOURLY_CAP", "0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_bin(&[
+            "actions",
+            "apply",
+            file.to_str().unwrap(),
+            "--base-url",
+            &emu.base_url,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
         std::thread::sleep(Duration::from_millis(300 + fastrand::u64(0..900)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();

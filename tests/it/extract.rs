@@ -3,7 +3,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use chrono::{Duration as Days, NaiveDate, Utc};
@@ -180,16 +179,7 @@ fn a_killed_run_resumes_without_refetching() {
             "--window-days",
             "30",
         ];
-        let mut child = Command::new(env!("CARGO_BIN_EXE_creator-etl"))
-            .arg("extract")
-            .args(common)
-            .env("CREATOR_API_KEY", FULL_KEY)
-            .env("CREATOR_MIN_INTERVAL_MS", "0")
-            .env("CREATOR_HOURLY_CAP", "0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_bin(&[&["extract"][..], &common].concat());
         std::thread::sleep(Duration::from_millis(150 + fastrand::u64(0..600)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();

@@ -96,6 +96,20 @@ pub fn run_bin(dir: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
     cmd.output().unwrap()
 }
 
+/// Starts the real binary in the background with the full key, no pacing and its output
+/// discarded: a process for a test to kill.
+pub fn spawn_bin(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_creator-etl"))
+        .args(args)
+        .env("CREATOR_API_KEY", FULL_KEY)
+        .env("CREATOR_MIN_INTERVAL_MS", "0")
+        .env("CREATOR_HOURLY_CAP", "0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// Formats a finished process for assertion messages.
 pub fn show(args: &[&str], out: &Output) -> String {
     format!(
