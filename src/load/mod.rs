@@ -26,7 +26,7 @@ use polars::prelude::{ParquetCompression, ParquetWriter};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::extract::{read_extracted, ContentRow, ExtractError, ExtractReport, Extracted, Observation};
+use crate::extract::{read_extracted, ContentRow, ExtractError, ExtractReport, Extracted};
 
 use crate::out::{io_err, OutDir, OutError};
 use crate::transform::{self, TransformError};
@@ -277,17 +277,19 @@ pub fn run(config: &LoadConfig, run_id: &str, extract_report: Option<&ExtractRep
     if !extracted.complete {
         return Err(LoadError::Incomplete(run_id.to_owned()));
     }
-    load_extracted(config, &extracted, extract_report)
+    load_extracted(config, extracted, extract_report)
 }
 
-/// Loads extracted data (read from a landing, or built by a benchmark).
+/// Loads extracted data (read from a landing, or built by a benchmark). It takes the data, so
+/// that a million applications are not held twice.
 pub fn load_extracted(
     config: &LoadConfig,
-    extracted: &Extracted,
+    extracted: Extracted,
     extract_report: Option<&ExtractReport>,
 ) -> Result<LoadReport, LoadError> {
     let started = Instant::now();
-    let run_id = extracted.spec.run_id.as_str();
+    let Extracted { spec, applications: mut apps, content, .. } = extracted;
+    let run_id = spec.run_id.as_str();
     let mut stages_ms = BTreeMap::new();
     let mut lap = {
         let mut t = Instant::now();
@@ -299,16 +301,15 @@ pub fn load_extracted(
     let db_path = config.out.root().join("warehouse.duckdb");
     let conn = warehouse::open(&db_path)?;
     finish_interrupted_export(&conn, &config.out)?;
-    let merged_content = merge_content(warehouse::content(&conn)?, &extracted.content);
-    let mut apps: Vec<Observation> = extracted.applications.clone();
-    if let Some(keep) = out_of_scope(&extracted.spec.statuses, extracted.spec.campaign_id) {
+    let merged_content = merge_content(warehouse::content(&conn)?, &content);
+    if let Some(keep) = out_of_scope(&spec.statuses, spec.campaign_id) {
         let ids: std::collections::HashSet<i64> = apps.iter().map(|o| o.app.id).collect();
         apps.extend(warehouse::applications_where(&conn, &keep)?.into_iter().filter(|o| !ids.contains(&o.app.id)));
     }
     apps.sort_by_key(|o| o.app.id);
     lap("read_state", &mut stages_ms);
-    let windows = crate::extract::landing::windows(extracted.spec.from, extracted.spec.to, extracted.spec.window_days);
-    let mut quality = check_quality(&merged_content, &extracted.content, &windows);
+    let windows = crate::extract::landing::windows(spec.from, spec.to, spec.window_days);
+    let mut quality = check_quality(&merged_content, &content, &windows);
     quality.duplicate_keys = apps.windows(2).filter(|w| w[0].app.id == w[1].app.id).count() as u64;
     apps.dedup_by_key(|o| o.app.id);
     if quality.duplicate_keys > 0 {
