@@ -467,6 +467,10 @@ impl Client {
             429 => {
                 let wait = rate_limit_wait(headers, &body, Utc::now());
                 self.inner.pacer.block_for(wait);
+                if body.reset_time.is_none() {
+                    // Not the hourly cap: the spacing rule, which the pacer meant to keep.
+                    self.inner.pacer.widen_margin();
+                }
                 Ok(Failure {
                     error: ApiError::RateLimited { url, attempts: attempt, message },
                     retryable: true,

@@ -13,7 +13,7 @@
 //! (1/50 of the interval, between 1 ms and 25 ms; for the cap window 1/50 of it, between 50 ms and
 //! 10 s) absorbs scheduling jitter and connection setup on the way; a 429
 //! that slips through anyway is honoured by the retry layer, which blocks the pacer for as long as
-//! the server asks.
+//! the server asks, and, when it was for spacing, widens the margin ([`Pacer::widen_margin`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -80,6 +80,8 @@ struct State {
     blocked_until: Option<Instant>,
     /// Reserved starts inside the current cap window, oldest first.
     window: VecDeque<Instant>,
+    /// Spacing 429s seen: each widens the spacing margin (see [`Pacer::widen_margin`]).
+    widened: u32,
 }
 
 /// Why a slot was as late as it was; used only to explain long waits.
@@ -123,6 +125,14 @@ fn margin(interval: Duration) -> Duration {
     }
     (interval / 50).clamp(Duration::from_millis(1), Duration::from_millis(25))
 }
+
+/// The API-wide spacing margin after `widened` spacing 429s.
+fn spacing_margin(interval: Duration, widened: u32) -> Duration {
+    margin(interval) + interval / 50 * widened.min(MAX_WIDENINGS)
+}
+
+/// How many spacing 429s widen the margin: each adds 1/50 of the interval, so at most 1/10 more.
+const MAX_WIDENINGS: u32 = 4;
 
 impl Pacer {
     pub fn new(config: PacingConfig) -> Self {
@@ -170,7 +180,11 @@ impl Pacer {
         }
         if let Some(last) = st.last_start {
             if !cfg.min_interval.is_zero() {
-                later(last + cfg.min_interval + margin(cfg.min_interval), Reason::Spacing, &mut slot);
+                later(
+                    last + cfg.min_interval + spacing_margin(cfg.min_interval, st.widened),
+                    Reason::Spacing,
+                    &mut slot,
+                );
             }
         }
         if class == RequestClass::MarkPayout {
@@ -248,12 +262,26 @@ impl Pacer {
         let general = st
             .last_dispatch
             .filter(|_| !cfg.min_interval.is_zero())
-            .map(|d| d + cfg.min_interval + margin(cfg.min_interval));
+            .map(|d| d + cfg.min_interval + spacing_margin(cfg.min_interval, st.widened));
         let mark = st
             .last_mark_dispatch
             .filter(|_| class == RequestClass::MarkPayout)
             .map(|d| d + MARK_PAYOUT_MIN_INTERVAL + margin(MARK_PAYOUT_MIN_INTERVAL));
         general.max(mark)
+    }
+
+    /// The server refused a request for spacing although the pacer kept it: its clock or its
+    /// path adds more jitter than the margin absorbs. Each call widens the margin by 1/50 of the
+    /// interval, at most four times (so by 1/10 in all), for the rest of the process.
+    pub fn widen_margin(&self) {
+        let mut st = self.lock();
+        if st.widened < MAX_WIDENINGS && !self.config.min_interval.is_zero() {
+            st.widened += 1;
+            tracing::info!(
+                margin_ms = spacing_margin(self.config.min_interval, st.widened).as_millis() as u64,
+                "the service refused a request for spacing; widening the pacing margin"
+            );
+        }
     }
 
     /// Blocks every request on this pacer for `wait` from now (the server answered 429).
@@ -315,6 +343,29 @@ mod tests {
         p.lock().last_dispatch = Some(late); // the previous request went out 60 ms after its slot
         p.acquire(RequestClass::General).await;
         assert!(Instant::now() >= late + Duration::from_millis(100));
+    }
+
+    /// Regression: at a 100 ms policy, arrival jitter beat the 2 ms margin and the service
+    /// refused 3 of 500 sale updates for spacing (the actions benchmark). A spacing 429 now
+    /// widens the margin, by 2 ms per refusal here, to at most 10 ms.
+    #[tokio::test(start_paused = true)]
+    async fn a_spacing_refusal_widens_the_margin_up_to_a_tenth() {
+        let p = Pacer::new(cfg(100, None, 1000));
+        let gap = |p: &Pacer| {
+            let st = p.lock();
+            p.earliest_after_dispatch(&st, RequestClass::General).unwrap() - st.last_dispatch.unwrap()
+        };
+        p.acquire(RequestClass::General).await;
+        assert_eq!(gap(&p), Duration::from_millis(102));
+        p.widen_margin();
+        assert_eq!(gap(&p), Duration::from_millis(104));
+        for _ in 0..10 {
+            p.widen_margin();
+        }
+        assert_eq!(gap(&p), Duration::from_millis(110), "at most a tenth more");
+        let t = Instant::now();
+        p.acquire(RequestClass::General).await;
+        assert!(Instant::now() - t >= Duration::from_millis(110));
     }
 
     #[tokio::test(start_paused = true)]
