@@ -349,12 +349,18 @@ impl ExtractArgs {
     }
 }
 
-/// Both validations, with every problem of either reported together.
+/// Both validations, with every problem of either reported together when both are usage
+/// problems (exit 2: bad flags, a missing key, an invalid input file).
 pub fn validate_both<A, B>(a: Result<A, Error>, b: Result<B, Error>) -> Result<(A, B), Error> {
+    let problems = |e: Error| match e {
+        Error::Config(p) => p,
+        other => vec![other.report()],
+    };
     match (a, b) {
         (Ok(a), Ok(b)) => Ok((a, b)),
-        (Err(Error::Config(mut p)), Err(Error::Config(q))) => {
-            p.extend(q);
+        (Err(a), Err(b)) if a.exit_code() == crate::exit::USAGE && b.exit_code() == crate::exit::USAGE => {
+            let mut p = problems(a);
+            p.extend(problems(b));
             Err(Error::Config(p))
         }
         (Err(e), _) | (_, Err(e)) => Err(e),

@@ -219,8 +219,10 @@ pub fn parse(bytes: &[u8]) -> Result<Reviewed, Vec<RowError>> {
         }
         headers.push(name);
     }
+    let mut missing_required = false;
     for required in ["action", "approved"] {
         if !index.contains_key(required) {
+            missing_required = true;
             errors.push(RowError {
                 line: header_line,
                 column: None,
@@ -228,7 +230,9 @@ pub fn parse(bytes: &[u8]) -> Result<Reviewed, Vec<RowError>> {
             });
         }
     }
-    if !errors.is_empty() {
+    // Rows are still checked after an unknown column (it is left out), so that every problem is
+    // reported at once; without `action` or `approved` every row would only repeat that.
+    if missing_required {
         return Err(errors);
     }
 
@@ -655,6 +659,13 @@ mod tests {
         assert!(e[2].contains("unknown column `frobnicate`; the columns are"), "{e:?}");
         assert!(e[3].contains("the header has no `approved` column"), "{e:?}");
         assert!(errors("")[0].contains("the file is empty"));
+    }
+
+    #[test]
+    fn rows_are_checked_despite_an_unknown_column() {
+        let e = errors("action,approved,sale_id,totl\nupdate_sale,yes,abc,12.5\n");
+        assert!(e[0].contains("unknown column `totl`; did you mean `total`?"), "{e:?}");
+        assert!(e[1].starts_with("line 2, column 3 (`sale_id`): `abc` is not a sale id"), "{e:?}");
     }
 
     #[test]

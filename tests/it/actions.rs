@@ -238,6 +238,13 @@ fn an_invalid_file_sends_nothing_and_exits_2() {
         assert!(stderr.contains("line 3, column 5 (`total`): `12.50` is not in cents"), "{stderr}");
         assert!(stderr.contains("line 4, column 1 (`action`): unknown action `refund`"), "{stderr}");
     }
+    // Without a key too: both problems are reported at once.
+    let args =
+        ["actions", "apply", file.to_str().unwrap(), "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 2);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("no API key") && stderr.contains("`12.50` is not in cents"), "{stderr}");
     let args =
         ["run", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "--actions", file.to_str().unwrap()];
     let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
