@@ -124,17 +124,13 @@ async fn run_all(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
 
 fn query(args: &QueryArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let config = args.config(global)?;
-    let text = crate::query::render(&crate::query::run(&config)?, config.format)?;
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes()).map_err(|source| Error::Io { context: "cannot write to stdout".into(), source })?;
+    print_text(&crate::query::render(&crate::query::run(&config)?, config.format)?)?;
     Ok(exit::OK)
 }
 
 fn actions_plan(args: &ActionsArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let (config, reviewed) = args.guards.config(&args.file, global)?;
-    let plan = crate::action::plan(&config, &reviewed)?;
-    let mut out = std::io::stdout().lock();
-    write!(out, "{plan}").map_err(|source| Error::Io { context: "cannot write to stdout".into(), source })?;
+    print_text(&crate::action::plan(&config, &reviewed)?)?;
     Ok(exit::OK)
 }
 
@@ -199,11 +195,19 @@ async fn check(global: &GlobalArgs) -> Result<u8, Error> {
     Ok(exit::OK)
 }
 
-pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<(), Error> {
-    let text = serde_json::to_string_pretty(value)
+fn print_json<T: Serialize>(value: &T) -> Result<(), Error> {
+    let mut text = serde_json::to_string_pretty(value)
         .map_err(|e| Error::Api(ApiError::InvalidRequest(format!("cannot encode the report: {e}"))))?;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}").map_err(|source| Error::Io { context: "cannot write to stdout".into(), source })
+    text.push('\n');
+    print_text(&text)
+}
+
+/// Writes data to stdout, where only data and reports go.
+fn print_text(text: &str) -> Result<(), Error> {
+    std::io::stdout()
+        .lock()
+        .write_all(text.as_bytes())
+        .map_err(|source| Error::Io { context: "cannot write to stdout".into(), source })
 }
 
 async fn emulator(args: &EmulatorArgs, global: &GlobalArgs) -> Result<u8, Error> {
@@ -232,7 +236,7 @@ async fn emulator(args: &EmulatorArgs, global: &GlobalArgs) -> Result<u8, Error>
     Ok(exit::OK)
 }
 
-pub(crate) async fn wait_for_shutdown() {
+async fn wait_for_shutdown() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -157,14 +157,7 @@ fn check_quality(
 
 fn stage(frames: &mut transform::Frames, dir: &Path) -> Result<(), LoadError> {
     std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
-    for (name, df) in [
-        ("applications", &mut frames.applications),
-        ("connected_accounts", &mut frames.connected_accounts),
-        ("content_daily", &mut frames.content_daily),
-        ("wow_deltas", &mut frames.wow_deltas),
-        ("weekly_totals", &mut frames.weekly_totals),
-        ("post_count_cohorts", &mut frames.post_count_cohorts),
-    ] {
+    for (name, df) in frames.tables_mut() {
         let path = dir.join(format!("{name}.parquet"));
         let file = std::fs::File::create(&path).map_err(io_err("create", &path))?;
         ParquetWriter::new(file)

@@ -46,14 +46,14 @@ pub struct Frames {
 
 impl Frames {
     /// `(name, frame)` in load order.
-    pub fn tables(&self) -> [(&'static str, &DataFrame); 6] {
+    pub fn tables_mut(&mut self) -> [(&'static str, &mut DataFrame); 6] {
         [
-            ("applications", &self.applications),
-            ("connected_accounts", &self.connected_accounts),
-            ("content_daily", &self.content_daily),
-            ("wow_deltas", &self.wow_deltas),
-            ("weekly_totals", &self.weekly_totals),
-            ("post_count_cohorts", &self.post_count_cohorts),
+            ("applications", &mut self.applications),
+            ("connected_accounts", &mut self.connected_accounts),
+            ("content_daily", &mut self.content_daily),
+            ("wow_deltas", &mut self.wow_deltas),
+            ("weekly_totals", &mut self.weekly_totals),
+            ("post_count_cohorts", &mut self.post_count_cohorts),
         ]
     }
 }
