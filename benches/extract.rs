@@ -27,6 +27,8 @@ struct Sample {
     rate_limited: u64,
     peak_rss_mb: f64,
     in_flight: f64,
+    /// Gaps between consecutive arrivals at the emulator, in ms, sorted.
+    gaps_ms: Vec<f64>,
 }
 
 /// Peak resident set of a running process, from `/proc` (kB → MB).
@@ -50,6 +52,7 @@ fn main() {
     println!("extract benchmark: {applications} applications, {days} days of content ({windows} windows), {reps} runs per setting, concurrency {concurrency}\n");
     println!("| setting | requests (min) | wall s, median | physical limit s | wall / limit | 429s | peak RSS MB | requests in flight, avg |");
     println!("|---|---|---|---|---|---|---|---|");
+    let mut spacing_lines = vec![];
     for s in &settings {
         let mut samples = vec![];
         let mut minimum = 0;
@@ -89,6 +92,10 @@ fn main() {
             assert_eq!(report["status"], "completed");
             let reqs = emu.state.requests();
             let busy: f64 = reqs.iter().filter_map(|r| Some(r.done_ms? - r.at_ms)).sum();
+            let mut arrivals: Vec<f64> = reqs.iter().map(|r| r.at_ms).collect();
+            arrivals.sort_by(f64::total_cmp);
+            let mut gaps_ms: Vec<f64> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+            gaps_ms.sort_by(f64::total_cmp);
             let first = reqs.iter().map(|r| r.at_ms).fold(f64::INFINITY, f64::min);
             let last = reqs.iter().filter_map(|r| r.done_ms).fold(0.0, f64::max);
             samples.push(Sample {
@@ -97,6 +104,7 @@ fn main() {
                 rate_limited: reqs.iter().filter(|r| r.status == 429).count() as u64,
                 peak_rss_mb: peak,
                 in_flight: busy / (last - first),
+                gaps_ms,
             });
             rt.block_on(emu.stop());
         }
@@ -120,5 +128,29 @@ fn main() {
             median(samples.iter().map(|x| x.peak_rss_mb).collect()),
             median(samples.iter().map(|x| x.in_flight).collect()),
         );
+        if s.interval_ms > 0 {
+            let gaps: Vec<f64> = samples.iter().flat_map(|x| x.gaps_ms.iter().copied()).collect();
+            let pct = |q: f64| {
+                let mut g = gaps.clone();
+                g.sort_by(f64::total_cmp);
+                g[((g.len() - 1) as f64 * q) as usize]
+            };
+            spacing_lines.push(format!(
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {} of {} |",
+                s.name,
+                pct(0.0),
+                pct(0.001),
+                pct(0.5),
+                pct(0.999),
+                gaps.iter().filter(|g| **g < s.interval_ms as f64).count(),
+                gaps.len(),
+            ));
+        }
+    }
+    println!("\nGaps between consecutive arrivals at the emulator, all runs, in ms:\n");
+    println!("| setting | smallest | 0.1 % | median | 99.9 % | shorter than the policy |");
+    println!("|---|---|---|---|---|---|");
+    for line in spacing_lines {
+        println!("{line}");
     }
 }

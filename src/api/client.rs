@@ -354,9 +354,9 @@ impl Client {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let waited = inner.pacer.acquire(endpoint.class()).await;
-            inner.metrics.paced(waited);
-            let sent_at = Instant::now();
+            let dispatch = inner.pacer.acquire(endpoint.class()).await;
+            inner.metrics.paced(dispatch.waited);
+            let sent_at = dispatch.at;
             let outcome = self.send_once(&method, &url, body.as_deref()).await;
             let sent = body.as_ref().map_or(0, Vec::len);
             let failure = match outcome {
@@ -370,7 +370,8 @@ impl Client {
                         server_wait: None,
                     }
                 }
-                Ok((status, headers, raw)) => {
+                Ok(Answer { status, headers, raw, headers_at }) => {
+                    inner.pacer.answered(&dispatch, endpoint.name(), headers_at - dispatch.at);
                     inner.metrics.response(endpoint.name(), Some(status), sent, raw.len());
                     tracing::debug!(
                         attempt,
@@ -486,12 +487,7 @@ impl Client {
         }
     }
 
-    async fn send_once(
-        &self,
-        method: &Method,
-        url: &Url,
-        body: Option<&[u8]>,
-    ) -> Result<(u16, HeaderMap, Bytes), reqwest::Error> {
+    async fn send_once(&self, method: &Method, url: &Url, body: Option<&[u8]>) -> Result<Answer, reqwest::Error> {
         let inner = &*self.inner;
         let mut req = inner
             .http
@@ -505,11 +501,20 @@ impl Client {
             req = req.body(b.to_vec());
         }
         let resp = req.send().await?;
+        let headers_at = Instant::now();
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let raw = resp.bytes().await?;
-        Ok((status, headers, raw))
+        Ok(Answer { status, headers, raw, headers_at })
     }
+}
+
+/// An HTTP answer as received, and when its headers arrived (for the pacer).
+struct Answer {
+    status: u16,
+    headers: HeaderMap,
+    raw: Bytes,
+    headers_at: Instant,
 }
 
 fn is_already_paid(e: &ApiError) -> bool {
