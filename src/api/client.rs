@@ -361,6 +361,7 @@ impl Client {
             let sent = body.as_ref().map_or(0, Vec::len);
             let failure = match outcome {
                 Err(e) => {
+                    inner.pacer.unanswered(&dispatch);
                     inner.metrics.response(endpoint.name(), None, sent, 0);
                     let reason = transport_reason(&e);
                     tracing::debug!(attempt, elapsed_ms = sent_at.elapsed().as_millis() as u64, %reason, "transport error");

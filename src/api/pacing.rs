@@ -16,9 +16,12 @@
 //! - a fixed margin: 1/50 of the interval, between 1 ms and 25 ms (for the cap window 1/50 of it,
 //!   between 50 ms and 10 s), for the usual scheduling jitter;
 //! - the previous request's own delay: a request can only have arrived before its answer began,
-//!   so when an answer comes back slower than the fastest one seen for that endpoint, the next
+//!   so when an answer comes back slower than the fastest one seen for that endpoint (for an
+//!   endpoint's first answer, of any endpoint; the very first answer counts whole), the next
 //!   request waits that excess instead of the margin, up to 1/5 of the interval
-//!   ([`Pacer::answered`]);
+//!   ([`Pacer::answered`]). Until the latest request answers, or when it fails without an
+//!   answer, the next one keeps the whole 1/5: it costs nothing while answers come back within
+//!   the interval;
 //! - a 429 that slips through anyway is honoured by the retry layer, which blocks the pacer for
 //!   as long as the server asks, and, when it was for spacing, widens the margin
 //!   ([`Pacer::widen_margin`]).
@@ -93,6 +96,9 @@ struct State {
     /// How much slower than the fastest answer of its endpoint the latest dispatched request
     /// answered (capped): the next request keeps at least this much beyond the interval.
     extra: Duration,
+    /// The latest dispatched request has no answer yet: it may still be on its way, so the next
+    /// one keeps the largest extra until it answers.
+    pending: bool,
     /// The fastest time to an answer seen per endpoint: the request's path without holdups.
     rtt_floor: HashMap<&'static str, Duration>,
 }
@@ -131,6 +137,8 @@ impl Reason {
 pub struct Pacer {
     config: PacingConfig,
     state: Mutex<State>,
+    /// Wakes waiting requests when an answer arrives: it may let them go sooner.
+    answers: tokio::sync::Notify,
 }
 
 /// Safety added to a cap window: the service starts its window when the first request *arrives*,
@@ -161,7 +169,7 @@ fn max_extra(interval: Duration) -> Duration {
 
 impl Pacer {
     pub fn new(config: PacingConfig) -> Self {
-        Pacer { config, state: Mutex::new(State::default()) }
+        Pacer { config, state: Mutex::new(State::default()), answers: tokio::sync::Notify::new() }
     }
 
     /// The pacer for this service and key, shared with every client that uses them.
@@ -256,7 +264,14 @@ impl Pacer {
             }
             let mut wake = slot;
             loop {
-                tokio::time::sleep_until(wake).await;
+                // Registered before the state is read again, so no answer is missed.
+                let answer = self.answers.notified();
+                tokio::pin!(answer);
+                answer.as_mut().enable();
+                tokio::select! {
+                    _ = tokio::time::sleep_until(wake) => {}
+                    _ = &mut answer => {}
+                }
                 let mut st = self.lock();
                 let now = Instant::now();
                 // A 429 seen by another task while we slept may have blocked the key for longer.
@@ -265,14 +280,15 @@ impl Pacer {
                 }
                 // The previous request may have gone out later than its slot (its task woke late):
                 // keep the spacing from when it actually went.
-                let earliest = self.earliest_after_dispatch(&st, class);
-                if earliest.is_some_and(|e| e > now) {
-                    wake = earliest.unwrap_or(now);
+                let earliest = self.earliest_after_dispatch(&st, class).map_or(slot, |e| e.max(slot));
+                if earliest > now {
+                    wake = earliest;
                     continue;
                 }
                 if st.last_dispatch.is_none_or(|l| now > l) {
                     st.last_dispatch = Some(now);
                     st.extra = Duration::ZERO;
+                    st.pending = !self.config.min_interval.is_zero();
                 }
                 st.last_start = Some(st.last_start.map_or(now, |l| l.max(now)));
                 if class == RequestClass::MarkPayout {
@@ -287,10 +303,10 @@ impl Pacer {
     /// The earliest instant the spacing rules allow, counted from actual dispatches.
     fn earliest_after_dispatch(&self, st: &State, class: RequestClass) -> Option<Instant> {
         let cfg = &self.config;
-        let general = st
-            .last_dispatch
-            .filter(|_| !cfg.min_interval.is_zero())
-            .map(|d| d + cfg.min_interval + spacing_margin(cfg.min_interval, st.widened).max(st.extra));
+        let general = st.last_dispatch.filter(|_| !cfg.min_interval.is_zero()).map(|d| {
+            let extra = if st.pending { max_extra(cfg.min_interval) } else { st.extra };
+            d + cfg.min_interval + spacing_margin(cfg.min_interval, st.widened).max(extra)
+        });
         let mark = st
             .last_mark_dispatch
             .filter(|_| class == RequestClass::MarkPayout)
@@ -304,15 +320,34 @@ impl Pacer {
     /// it takes about the fastest `rtt` seen for the endpoint. When this was the latest request
     /// sent, the excess is how much later than usual it may have arrived, so the next request
     /// keeps that much (at most 1/5 of the interval) beyond the interval instead of the margin.
-    /// Only the latest request matters: the one after an older one has already gone out.
+    /// Only the latest request matters: the one after an older one has already gone out. Until
+    /// the latest request answers, the next one keeps the whole 1/5; this wakes it when the
+    /// answer allows it to go sooner.
     pub fn answered(&self, dispatch: &Dispatch, endpoint: &'static str, rtt: Duration) {
         if self.config.min_interval.is_zero() {
             return;
         }
         let mut st = self.lock();
-        let floor = *st.rtt_floor.entry(endpoint).and_modify(|f| *f = (*f).min(rtt)).or_insert(rtt);
+        // An endpoint's first answer is compared with the fastest of any endpoint, and the very
+        // first answer with nothing: it may have waited for a connection to be set up.
+        let floor = st.rtt_floor.get(endpoint).or_else(|| st.rtt_floor.values().min()).copied();
+        let excess = floor.map_or(rtt, |f| rtt.saturating_sub(f));
+        st.rtt_floor.entry(endpoint).and_modify(|f| *f = (*f).min(rtt)).or_insert(rtt);
         if st.last_dispatch == Some(dispatch.at) {
-            st.extra = rtt.saturating_sub(floor).min(max_extra(self.config.min_interval));
+            st.extra = excess.min(max_extra(self.config.min_interval));
+            st.pending = false;
+            drop(st);
+            self.answers.notify_waiters();
+        }
+    }
+
+    /// The request dispatched at `dispatch` got no answer (a transport error): it may have
+    /// arrived at any time, so the next one keeps the largest extra.
+    pub fn unanswered(&self, dispatch: &Dispatch) {
+        let mut st = self.lock();
+        if st.last_dispatch == Some(dispatch.at) {
+            st.extra = max_extra(self.config.min_interval);
+            st.pending = false;
         }
     }
 
@@ -403,6 +438,9 @@ mod tests {
             p.earliest_after_dispatch(&st, RequestClass::General).unwrap() - st.last_dispatch.unwrap()
         };
         let d = p.acquire(RequestClass::General).await;
+        p.answered(&d, "list", Duration::from_millis(5));
+        assert_eq!(gap(&p), Duration::from_millis(105), "the first answer counts whole");
+        let d = p.acquire(RequestClass::General).await;
         p.answered(&d, "list", Duration::from_millis(1));
         assert_eq!(gap(&p), Duration::from_millis(102), "the fastest answer adds nothing");
         let d = p.acquire(RequestClass::General).await;
@@ -411,15 +449,43 @@ mod tests {
         let t = Instant::now();
         let d = p.acquire(RequestClass::General).await;
         assert!(Instant::now() - t >= Duration::from_millis(109));
-        assert_eq!(gap(&p), Duration::from_millis(102), "a new dispatch starts without extra");
-        p.answered(&d, "content", Duration::from_millis(50));
-        assert_eq!(gap(&p), Duration::from_millis(102), "floors are per endpoint");
+        assert_eq!(gap(&p), Duration::from_millis(120), "a new dispatch keeps the whole 1/5 until it answers");
+        p.answered(&d, "content", Duration::from_millis(12));
+        assert_eq!(gap(&p), Duration::from_millis(111), "a first answer is compared with any endpoint's fastest");
+        let d = p.acquire(RequestClass::General).await;
+        p.answered(&d, "content", Duration::from_millis(12));
+        assert_eq!(gap(&p), Duration::from_millis(102), "then with its own endpoint's fastest");
         let stale = d;
         let d = p.acquire(RequestClass::General).await;
-        p.answered(&stale, "list", Duration::from_millis(60));
-        assert_eq!(gap(&p), Duration::from_millis(102), "only the latest request counts");
+        assert_eq!(gap(&p), Duration::from_millis(120), "no answer yet: the whole 1/5");
+        p.answered(&stale, "list", Duration::from_millis(1));
+        assert_eq!(gap(&p), Duration::from_millis(120), "only the latest request counts");
+        p.answered(&d, "list", Duration::from_millis(1));
+        assert_eq!(gap(&p), Duration::from_millis(102));
+        let d = p.acquire(RequestClass::General).await;
         p.answered(&d, "list", Duration::from_millis(500));
         assert_eq!(gap(&p), Duration::from_millis(120), "at most 1/5 of the interval");
+        let d = p.acquire(RequestClass::General).await;
+        p.unanswered(&d);
+        assert_eq!(gap(&p), Duration::from_millis(120), "a request that failed may have arrived any time");
+    }
+
+    /// A request waiting for the latest one's answer goes as soon as the answer allows, not at
+    /// the end of the 1/5.
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_after_the_interval_releases_the_next_request() {
+        let p = Arc::new(Pacer::new(cfg(100, None, 1000)));
+        let d = p.acquire(RequestClass::General).await;
+        p.answered(&d, "slow", Duration::from_millis(100));
+        let first = p.acquire(RequestClass::General).await;
+        let next = tokio::spawn({
+            let p = p.clone();
+            async move { p.acquire(RequestClass::General).await }
+        });
+        tokio::time::sleep(Duration::from_millis(104)).await;
+        p.answered(&first, "slow", Duration::from_millis(104));
+        let gap = next.await.unwrap().at - first.at;
+        assert!(gap >= Duration::from_millis(104) && gap < Duration::from_millis(110), "{gap:?}");
     }
 
     /// Regression: at a 100 ms policy, arrival jitter beat the 2 ms margin and the service
@@ -432,7 +498,8 @@ mod tests {
             let st = p.lock();
             p.earliest_after_dispatch(&st, RequestClass::General).unwrap() - st.last_dispatch.unwrap()
         };
-        p.acquire(RequestClass::General).await;
+        let d = p.acquire(RequestClass::General).await;
+        p.answered(&d, "list", Duration::ZERO);
         assert_eq!(gap(&p), Duration::from_millis(102));
         p.widen_margin();
         assert_eq!(gap(&p), Duration::from_millis(104));
