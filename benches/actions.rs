@@ -21,6 +21,11 @@ struct Sample {
     requests: usize,
     rate_limited: usize,
     min_gap_ms: f64,
+    median_gap_ms: f64,
+    /// From the first request's arrival to the last one's answer, at the emulator.
+    span_s: f64,
+    /// Median time from arrival to answer at the emulator.
+    answer_ms: f64,
 }
 
 /// Applies `rows` with the real binary against a fresh emulator; `interval_ms` on both sides.
@@ -48,12 +53,16 @@ fn apply(
     let wall_s = started.elapsed().as_secs_f64();
     assert!(output.status.success(), "apply failed: {}", String::from_utf8_lossy(&output.stderr));
     let reqs = emu.state.requests();
-    let gaps = reqs.windows(2).map(|w| w[1].at_ms - w[0].at_ms);
+    let gaps: Vec<f64> = reqs.windows(2).map(|w| w[1].at_ms - w[0].at_ms).collect();
+    let last_done = reqs.iter().filter_map(|r| r.done_ms).fold(0.0, f64::max);
     let sample = Sample {
         wall_s,
         requests: reqs.len(),
         rate_limited: reqs.iter().filter(|r| r.status == 429).count(),
-        min_gap_ms: gaps.fold(f64::INFINITY, f64::min),
+        min_gap_ms: gaps.iter().copied().fold(f64::INFINITY, f64::min),
+        median_gap_ms: if gaps.is_empty() { 0.0 } else { median(gaps) },
+        span_s: (last_done - reqs.first().map_or(0.0, |r| r.at_ms)) / 1000.0,
+        answer_ms: median(reqs.iter().filter_map(|r| Some(r.done_ms? - r.at_ms)).collect()),
     };
     rt.block_on(emu.stop());
     sample
@@ -65,8 +74,8 @@ fn main() {
     let interval_ms = arg("--interval-ms", 100);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     println!("actions benchmark: {reps} runs per setting; wall time is the whole `actions apply` process\n");
-    println!("| setting | requests | wall s, median | limit s | wall / limit | min gap ms | 429s |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| setting | requests | wall s, median | limit s | wall / limit | min gap ms | median gap ms | first to last request s | answer ms, median | 429s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
 
     let mut cfg = EmulatorConfig::for_tests(10);
     let marks: Vec<Sample> = (0..reps)
@@ -111,10 +120,13 @@ fn main() {
 fn report(name: &str, samples: &[Sample], limit: f64) {
     let wall = median(samples.iter().map(|s| s.wall_s).collect());
     println!(
-        "| {name} | {} | {wall:.2} | {limit:.2} | {:.3} | {:.0} | {} |",
+        "| {name} | {} | {wall:.2} | {limit:.2} | {:.3} | {:.0} | {:.1} | {:.2} | {:.1} | {} |",
         samples[0].requests,
         wall / limit,
         samples.iter().map(|s| s.min_gap_ms).fold(f64::INFINITY, f64::min),
+        median(samples.iter().map(|s| s.median_gap_ms).collect()),
+        median(samples.iter().map(|s| s.span_s).collect()),
+        median(samples.iter().map(|s| s.answer_ms).collect()),
         samples.iter().map(|s| s.rate_limited).sum::<usize>(),
     );
 }
