@@ -11,8 +11,10 @@
 //! Rows are identified by their fingerprint (action, target and normalised fields), so a file
 //! that is rerun, reordered or merged with new rows is matched row by row.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
-use duckdb::{params, Connection, OptionalExt};
+use duckdb::{params, Connection};
 
 use super::reviewed::ReviewedRow;
 use super::{ActionError, RowResult};
@@ -76,29 +78,39 @@ impl Journal {
 
     /// What is known of a row.
     pub fn known(&self, fingerprint: &str) -> Result<Known, ActionError> {
-        let done: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT run_id FROM action_journal WHERE fingerprint = ? AND outcome IN ('applied', 'noop') \
-                 ORDER BY outcome_at LIMIT 1",
-                [fingerprint],
-                |r| r.get(0),
-            )
-            .optional()
+        Ok(self.known_rows(Some(fingerprint))?.remove(fingerprint).unwrap_or(Known::New))
+    }
+
+    /// What is known of every row the journal has seen, in one query: a plan of many rows
+    /// would otherwise pay a query per row before the first request.
+    pub fn known_all(&self) -> Result<HashMap<String, Known>, ActionError> {
+        self.known_rows(None)
+    }
+
+    /// Per fingerprint, the first run that applied it (or found it a no-op), else the latest run
+    /// that sent it and died before recording the answer.
+    fn known_rows(&self, fingerprint: Option<&str>) -> Result<HashMap<String, Known>, ActionError> {
+        let filter = if fingerprint.is_some() { "WHERE fingerprint = ?" } else { "" };
+        let sql = format!(
+            "SELECT fingerprint, \
+             arg_min(run_id, outcome_at) FILTER (WHERE outcome IN ('applied', 'noop')), \
+             arg_max(run_id, intent_at) FILTER (WHERE outcome = 'pending') \
+             FROM action_journal {filter} GROUP BY fingerprint"
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(db("read the journal"))?;
+        let rows = stmt
+            .query_map(duckdb::params_from_iter(fingerprint), |r| {
+                let known = match (r.get::<_, Option<String>>(1)?, r.get::<_, Option<String>>(2)?) {
+                    (Some(run_id), _) => Known::Done { run_id },
+                    (None, Some(run_id)) => Known::Interrupted { run_id },
+                    (None, None) => Known::New,
+                };
+                Ok((r.get::<_, String>(0)?, known))
+            })
+            .map_err(db("read the journal"))?
+            .collect::<Result<HashMap<_, _>, _>>()
             .map_err(db("read the journal"))?;
-        if let Some(run_id) = done {
-            return Ok(Known::Done { run_id });
-        }
-        let pending: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT run_id FROM action_journal WHERE fingerprint = ? AND outcome = 'pending' ORDER BY intent_at DESC LIMIT 1",
-                [fingerprint],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(db("read the journal"))?;
-        Ok(pending.map_or(Known::New, |run_id| Known::Interrupted { run_id }))
+        Ok(rows)
     }
 
     /// Intents that never got an outcome, from any run.

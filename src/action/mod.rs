@@ -14,7 +14,7 @@
 pub mod journal;
 pub mod reviewed;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use chrono::Utc;
@@ -162,29 +162,29 @@ enum Decision {
     Send { resend_of: Option<String> },
 }
 
-fn decide(row: &ReviewedRow, only: Option<ActionKind>, journal: Option<&Journal>) -> Result<Decision, ActionError> {
+fn decide(row: &ReviewedRow, only: Option<ActionKind>, known: Option<&HashMap<String, Known>>) -> Decision {
     if !row.approved {
-        return Ok(Decision::Skip(Outcome::SkippedNotApproved, "not approved".into()));
+        return Decision::Skip(Outcome::SkippedNotApproved, "not approved".into());
     }
     if only.is_some_and(|k| k != row.action) {
-        return Ok(Decision::Skip(Outcome::SkippedNotSelected, "left out by `--only`".into()));
+        return Decision::Skip(Outcome::SkippedNotSelected, "left out by `--only`".into());
     }
-    Ok(match journal.map(|j| j.known(&row.fingerprint())).transpose()? {
+    match known.and_then(|k| k.get(&row.fingerprint())) {
         Some(Known::Done { run_id }) => {
             Decision::Skip(Outcome::SkippedAlreadyApplied, format!("already applied by run {run_id}"))
         }
-        Some(Known::Interrupted { run_id }) => Decision::Send { resend_of: Some(run_id) },
+        Some(Known::Interrupted { run_id }) => Decision::Send { resend_of: Some(run_id.clone()) },
         Some(Known::New) | None => Decision::Send { resend_of: None },
-    })
+    }
 }
 
 /// The plan for a file: each row's fate, without sending anything. Reads the journal read-only.
 pub fn plan(config: &ActionConfig, file: &Reviewed) -> Result<String, ActionError> {
-    let journal = Journal::open_read_only(&config.out)?;
+    let known = Journal::open_read_only(&config.out)?.map(|j| j.known_all()).transpose()?;
     let mut text = String::new();
     let mut totals: BTreeMap<String, u64> = BTreeMap::new();
     for row in &file.rows {
-        let what = match decide(row, config.only, journal.as_ref())? {
+        let what = match decide(row, config.only, known.as_ref()) {
             Decision::Skip(outcome, why) => {
                 *totals.entry(outcome.as_str().to_owned()).or_default() += 1;
                 format!("skip ({why})")
@@ -263,7 +263,8 @@ pub async fn apply(
     let run_id = crate::out::new_run_id();
     let file_name = config.file.display().to_string();
     let journal = Journal::open(&config.out)?;
-    let decisions = file.rows.iter().map(|r| decide(r, config.only, Some(&journal))).collect::<Result<Vec<_>, _>>()?;
+    let known = journal.known_all()?;
+    let decisions: Vec<Decision> = file.rows.iter().map(|r| decide(r, config.only, Some(&known))).collect();
     let to_send = decisions.iter().filter(|d| matches!(d, Decision::Send { .. })).count();
     if let Some(max) = config.max_rows.filter(|m| to_send > *m) {
         return Err(ActionError::TooManyRows { rows: to_send, max });
