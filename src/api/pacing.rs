@@ -382,6 +382,12 @@ impl Pacer {
 mod tests {
     use super::*;
 
+    /// How long after the latest dispatch the next general request may go.
+    fn next_gap(p: &Pacer) -> Duration {
+        let st = p.lock();
+        p.earliest_after_dispatch(&st, RequestClass::General).unwrap() - st.last_dispatch.unwrap()
+    }
+
     fn cfg(ms: u64, cap: Option<u32>, window_ms: u64) -> PacingConfig {
         PacingConfig {
             min_interval: Duration::from_millis(ms),
@@ -433,41 +439,37 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_slow_answer_delays_the_next_request_by_its_excess() {
         let p = Pacer::new(cfg(100, None, 1000));
-        let gap = |p: &Pacer| {
-            let st = p.lock();
-            p.earliest_after_dispatch(&st, RequestClass::General).unwrap() - st.last_dispatch.unwrap()
-        };
         let d = p.acquire(RequestClass::General).await;
         p.answered(&d, "list", Duration::from_millis(5));
-        assert_eq!(gap(&p), Duration::from_millis(105), "the first answer counts whole");
+        assert_eq!(next_gap(&p), Duration::from_millis(105), "the first answer counts whole");
         let d = p.acquire(RequestClass::General).await;
         p.answered(&d, "list", Duration::from_millis(1));
-        assert_eq!(gap(&p), Duration::from_millis(102), "the fastest answer adds nothing");
+        assert_eq!(next_gap(&p), Duration::from_millis(102), "the fastest answer adds nothing");
         let d = p.acquire(RequestClass::General).await;
         p.answered(&d, "list", Duration::from_millis(10));
-        assert_eq!(gap(&p), Duration::from_millis(109), "9 ms slower than the fastest");
+        assert_eq!(next_gap(&p), Duration::from_millis(109), "9 ms slower than the fastest");
         let t = Instant::now();
         let d = p.acquire(RequestClass::General).await;
         assert!(Instant::now() - t >= Duration::from_millis(109));
-        assert_eq!(gap(&p), Duration::from_millis(120), "a new dispatch keeps the whole 1/5 until it answers");
+        assert_eq!(next_gap(&p), Duration::from_millis(120), "a new dispatch keeps the whole 1/5 until it answers");
         p.answered(&d, "content", Duration::from_millis(12));
-        assert_eq!(gap(&p), Duration::from_millis(111), "a first answer is compared with any endpoint's fastest");
+        assert_eq!(next_gap(&p), Duration::from_millis(111), "a first answer is compared with any endpoint's fastest");
         let d = p.acquire(RequestClass::General).await;
         p.answered(&d, "content", Duration::from_millis(12));
-        assert_eq!(gap(&p), Duration::from_millis(102), "then with its own endpoint's fastest");
+        assert_eq!(next_gap(&p), Duration::from_millis(102), "then with its own endpoint's fastest");
         let stale = d;
         let d = p.acquire(RequestClass::General).await;
-        assert_eq!(gap(&p), Duration::from_millis(120), "no answer yet: the whole 1/5");
+        assert_eq!(next_gap(&p), Duration::from_millis(120), "no answer yet: the whole 1/5");
         p.answered(&stale, "list", Duration::from_millis(1));
-        assert_eq!(gap(&p), Duration::from_millis(120), "only the latest request counts");
+        assert_eq!(next_gap(&p), Duration::from_millis(120), "only the latest request counts");
         p.answered(&d, "list", Duration::from_millis(1));
-        assert_eq!(gap(&p), Duration::from_millis(102));
+        assert_eq!(next_gap(&p), Duration::from_millis(102));
         let d = p.acquire(RequestClass::General).await;
         p.answered(&d, "list", Duration::from_millis(500));
-        assert_eq!(gap(&p), Duration::from_millis(120), "at most 1/5 of the interval");
+        assert_eq!(next_gap(&p), Duration::from_millis(120), "at most 1/5 of the interval");
         let d = p.acquire(RequestClass::General).await;
         p.unanswered(&d);
-        assert_eq!(gap(&p), Duration::from_millis(120), "a request that failed may have arrived any time");
+        assert_eq!(next_gap(&p), Duration::from_millis(120), "a request that failed may have arrived any time");
     }
 
     /// A request waiting for the latest one's answer goes as soon as the answer allows, not at
@@ -494,19 +496,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_spacing_refusal_widens_the_margin_up_to_a_tenth() {
         let p = Pacer::new(cfg(100, None, 1000));
-        let gap = |p: &Pacer| {
-            let st = p.lock();
-            p.earliest_after_dispatch(&st, RequestClass::General).unwrap() - st.last_dispatch.unwrap()
-        };
         let d = p.acquire(RequestClass::General).await;
         p.answered(&d, "list", Duration::ZERO);
-        assert_eq!(gap(&p), Duration::from_millis(102));
+        assert_eq!(next_gap(&p), Duration::from_millis(102));
         p.widen_margin();
-        assert_eq!(gap(&p), Duration::from_millis(104));
+        assert_eq!(next_gap(&p), Duration::from_millis(104));
         for _ in 0..10 {
             p.widen_margin();
         }
-        assert_eq!(gap(&p), Duration::from_millis(110), "at most a tenth more");
+        assert_eq!(next_gap(&p), Duration::from_millis(110), "at most a tenth more");
         let t = Instant::now();
         p.acquire(RequestClass::General).await;
         assert!(Instant::now() - t >= Duration::from_millis(110));
