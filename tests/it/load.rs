@@ -201,6 +201,42 @@ fn history_keeps_every_status_across_three_runs_and_reloading_changes_nothing() 
     assert_parquet_matches_duckdb(&out);
 }
 
+/// `load --from-raw RUN_ID` rebuilds the tables from that run's raw landing alone: no key, no
+/// request, and that run's data, not the newest.
+#[test]
+fn load_from_raw_rebuilds_a_given_run_without_the_api() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(150));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let id = emu.state.applications(MAIN_ORG).iter().find(|a| a.status == ApplicationStatus::Pending).unwrap().id;
+    let extract = |extra: &[&str]| -> String {
+        let mut args = vec!["extract", "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+        assert_exit(&args, &o, 0);
+        let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        report["run_id"].as_str().unwrap().to_owned()
+    };
+    let first = extract(&["--since-days", "30"]);
+    emu.state.set_application_status(id, ApplicationStatus::Accepted);
+    let second = extract(&[]);
+    assert_ne!(first, second);
+    let requests = emu.state.requests().len();
+
+    let status_of = |run_id: &str| -> String {
+        let args = ["load", "--out", out.to_str().unwrap(), "--from-raw", run_id];
+        let o = run_bin(dir.path(), &args, &[]);
+        assert_exit(&args, &o, 0);
+        let c = db(&out);
+        assert_eq!(count(&c, "SELECT count(*) FROM applications") as usize, emu.state.applications(MAIN_ORG).len());
+        assert_eq!(count(&c, &format!("SELECT count(*) FROM runs WHERE run_id = '{run_id}'")), 1);
+        c.query_row("SELECT status FROM applications WHERE id = ?", [id], |r| r.get(0)).unwrap()
+    };
+    assert_eq!(status_of(&first), "pending", "the first run's data, not the newest");
+    assert_eq!(status_of(&second), "accepted");
+    assert_eq!(emu.state.requests().len(), requests, "loading sent no request");
+}
+
 /// A process killed during the load leaves the previous warehouse and Parquet intact and
 /// readable, and the next load converges.
 #[test]
