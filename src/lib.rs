@@ -17,6 +17,8 @@ pub mod load;
 pub mod out;
 pub mod progress;
 pub mod query;
+#[cfg(test)]
+mod testing;
 pub mod transform;
 
 pub use error::{exit, Error};

@@ -22,6 +22,7 @@ pub struct Progress {
     multi: Option<MultiProgress>,
     counters: Mutex<BTreeMap<String, Counter>>,
     last_log: Mutex<Instant>,
+    started: Instant,
 }
 
 impl Progress {
@@ -29,12 +30,17 @@ impl Progress {
     pub fn new(bars: bool) -> Self {
         let multi = (bars && std::io::stderr().is_terminal())
             .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
-        Progress { multi, counters: Mutex::new(BTreeMap::new()), last_log: Mutex::new(Instant::now()) }
+        Progress {
+            multi,
+            counters: Mutex::new(BTreeMap::new()),
+            last_log: Mutex::new(Instant::now()),
+            started: Instant::now(),
+        }
     }
 
     /// Silent progress, for library callers and tests.
     pub fn hidden() -> Self {
-        Progress { multi: None, counters: Mutex::new(BTreeMap::new()), last_log: Mutex::new(Instant::now()) }
+        Progress::new(false)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Counter>> {
@@ -87,8 +93,18 @@ impl Progress {
             return;
         }
         *last = Instant::now();
-        let summary: Vec<String> = self.lock().iter().map(|(k, c)| format!("{k} {}/{}", c.done, c.total)).collect();
-        tracing::info!(progress = %summary.join(", "), note, "progress");
+        let counters = self.lock();
+        let summary: Vec<String> = counters.iter().map(|(k, c)| format!("{k} {}/{}", c.done, c.total)).collect();
+        // Every counter counts requests (pages, windows), so the rate so far gives the ETA.
+        let (done, total) = counters.values().fold((0, 0), |(d, t), c| (d + c.done, t + c.total));
+        let eta_s = (done > 0).then(|| {
+            (self.started.elapsed().as_secs_f64() * (total - done.min(total)) as f64 / done as f64).round() as u64
+        });
+        drop(counters);
+        match eta_s {
+            Some(eta_s) => tracing::info!(progress = %summary.join(", "), note, eta_s, "progress"),
+            None => tracing::info!(progress = %summary.join(", "), note, "progress"),
+        }
     }
 
     /// Removes the bars.
@@ -98,5 +114,31 @@ impl Progress {
                 bar.finish_and_clear();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_terminal_progress_is_a_log_line_every_few_seconds_with_an_eta() {
+        let (out, _guard) = crate::testing::Captured::start();
+        let mut p = Progress::new(true); // stderr is not a terminal under the test harness
+        assert!(p.multi.is_none());
+        p.started -= Duration::from_secs(30);
+        p.set("accepted pages", 1, 10);
+        p.set("windows", 0, 2);
+        p.inc("accepted pages", "200 rows");
+        assert_eq!(out.text(), "", "nothing before {LOG_EVERY:?}");
+        let earlier = Instant::now() - Duration::from_secs(60);
+        *p.last_log.lock().unwrap() = earlier;
+        p.inc("accepted pages", "300 rows");
+        let text = out.text();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.contains("accepted pages 3/10, windows 0/2") && text.contains("300 rows"), "{text}");
+        assert!(text.contains("eta_s=90"), "3 of 12 requests in 30 s: {text}");
+        p.inc("accepted pages", "400 rows");
+        assert_eq!(out.text().matches("eta_s=").count(), 1, "one line per interval");
     }
 }

@@ -536,31 +536,14 @@ mod tests {
         assert!(Instant::now() - t0 >= Duration::from_millis(1000));
     }
 
-    /// Captures log output of the current thread.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_long_wait_is_logged_once_with_its_resume_time() {
-        let out = Captured::default();
-        let writer = out.clone();
-        let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let (out, _guard) = crate::testing::Captured::start();
         let p = Pacer::new(cfg(1000, Some(2), 120_000));
         for _ in 0..3 {
             p.acquire(RequestClass::General).await;
         }
-        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let text = out.text();
         assert_eq!(text.matches("waiting before the next request").count(), 1, "{text}");
         assert!(text.contains("resume_at=") && text.contains("hourly request cap"), "{text}");
     }
