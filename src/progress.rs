@@ -101,10 +101,8 @@ impl Progress {
             (self.started.elapsed().as_secs_f64() * (total - done.min(total)) as f64 / done as f64).round() as u64
         });
         drop(counters);
-        match eta_s {
-            Some(eta_s) => tracing::info!(progress = %summary.join(", "), note, eta_s, "progress"),
-            None => tracing::info!(progress = %summary.join(", "), note, "progress"),
-        }
+        // An absent ETA (nothing done yet) is left out of the line.
+        tracing::info!(progress = %summary.join(", "), note, eta_s, "progress");
     }
 
     /// Removes the bars.
