@@ -27,7 +27,7 @@ struct Sample {
     rate_limited: u64,
     peak_rss_mb: f64,
     in_flight: f64,
-    /// Gaps between consecutive arrivals at the emulator, in ms, sorted.
+    /// Gaps between consecutive arrivals at the emulator, in ms.
     gaps_ms: Vec<f64>,
 }
 
@@ -94,8 +94,7 @@ fn main() {
             let busy: f64 = reqs.iter().filter_map(|r| Some(r.done_ms? - r.at_ms)).sum();
             let mut arrivals: Vec<f64> = reqs.iter().map(|r| r.at_ms).collect();
             arrivals.sort_by(f64::total_cmp);
-            let mut gaps_ms: Vec<f64> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
-            gaps_ms.sort_by(f64::total_cmp);
+            let gaps_ms: Vec<f64> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
             let first = reqs.iter().map(|r| r.at_ms).fold(f64::INFINITY, f64::min);
             let last = reqs.iter().filter_map(|r| r.done_ms).fold(0.0, f64::max);
             samples.push(Sample {
@@ -129,12 +128,9 @@ fn main() {
             median(samples.iter().map(|x| x.in_flight).collect()),
         );
         if s.interval_ms > 0 {
-            let gaps: Vec<f64> = samples.iter().flat_map(|x| x.gaps_ms.iter().copied()).collect();
-            let pct = |q: f64| {
-                let mut g = gaps.clone();
-                g.sort_by(f64::total_cmp);
-                g[((g.len() - 1) as f64 * q) as usize]
-            };
+            let mut gaps: Vec<f64> = samples.iter().flat_map(|x| x.gaps_ms.iter().copied()).collect();
+            gaps.sort_by(f64::total_cmp);
+            let pct = |q: f64| gaps[((gaps.len() - 1) as f64 * q) as usize];
             spacing_lines.push(format!(
                 "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {} of {} |",
                 s.name,
