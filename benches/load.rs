@@ -106,8 +106,12 @@ fn main() {
             content: content.clone(),
             complete: true,
         };
-        let config =
-            LoadConfig { out: OutDir::new(dir.path()), cohort_edges: DEFAULT_COHORT_EDGES.to_vec(), strict: false };
+        let config = LoadConfig {
+            out: OutDir::new(dir.path()),
+            cohort_edges: DEFAULT_COHORT_EDGES.to_vec(),
+            strict: false,
+            parquet_grace: creator_etl::load::DEFAULT_PARQUET_GRACE,
+        };
         let report = load_extracted(&config, extracted, None).expect("load");
         for (k, v) in report.stages_ms {
             stages.entry(k).or_default().push(v);

@@ -98,6 +98,23 @@ pub async fn pipeline(
     actions: Option<(ActionConfig, Reviewed)>,
     stop: watch::Receiver<bool>,
 ) -> Result<RunReport, Error> {
+    // Before the extract spends any request: the warehouse must be writable (a reader holding
+    // the writer's file is reported now, exit 5, not after an hour of requests), and an actions
+    // file must pass its guards.
+    let writable = load_config.out.clone();
+    let checked_actions = actions.clone();
+    tokio::task::spawn_blocking(move || -> Result<(), Error> {
+        crate::load::warehouse::check_writable(&writable)?;
+        if let Some((config, reviewed)) = &checked_actions {
+            crate::action::preflight(config, reviewed)?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| Error::Io {
+        context: "the preflight task failed".into(),
+        source: std::io::Error::other(e.to_string()),
+    })??;
     let extracted = crate::extract::run(config, client, stop.clone()).await?;
     let loaded = load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone())).await?;
     let actions = match actions {
@@ -115,7 +132,7 @@ async fn run_all(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
     }
     // The reviewed file is validated before anything is fetched.
     let actions = args.actions.as_deref().map(|file| args.guards.config(file, global)).transpose()?;
-    let client = Client::new(client_config)?;
+    let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("run")?;
     let report = pipeline(&client, &config, load_config, actions, stop_signal()).await?;
     print_json(&report)?;
@@ -137,7 +154,7 @@ fn actions_plan(args: &ActionsArgs, global: &GlobalArgs) -> Result<u8, Error> {
 async fn actions_apply(args: &ActionsArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let (client_config, (config, reviewed)) =
         validate_both(global.client_config(), args.guards.config(&args.file, global))?;
-    let client = Client::new(client_config)?;
+    let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("actions")?;
     let report = crate::action::apply(&config, &reviewed, &client, stop_signal()).await?;
     print_json(&report)?;
@@ -162,7 +179,7 @@ pub(crate) fn actions_exit_code(report: &ActionReport) -> u8 {
 
 async fn extract(args: &ExtractArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let (client_config, config) = validate_both(global.client_config(), args.config(global))?;
-    let client = Client::new(client_config)?;
+    let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("extract")?;
     let report = crate::extract::run(&config, &client, stop_signal()).await?;
     print_json(&report)?;

@@ -10,6 +10,7 @@ use chrono::NaiveDate;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use reqwest::Url;
 
+use crate::action::journal::Scope;
 use crate::action::{ActionConfig, ActionKind, Reviewed};
 use crate::api::models::ApplicationStatus;
 use crate::api::{ApiKey, ClientConfig, PacingConfig, RetryPolicy, API_KEY_ENV, DEFAULT_BASE_URL};
@@ -91,6 +92,11 @@ pub struct GlobalArgs {
     /// Timeout of one HTTP attempt, in seconds
     #[arg(long, global = true, default_value_t = 60, value_name = "S")]
     pub timeout_s: u64,
+
+    /// Allow an `http://` base URL to a host other than this machine (the key would travel in
+    /// clear text)
+    #[arg(long, global = true)]
+    pub allow_insecure_http: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -175,6 +181,9 @@ pub struct ActionGuards {
     /// Send only rows of this action
     #[arg(long, value_enum, value_name = "ACTION")]
     pub only: Option<ActionKind>,
+    /// Send again rows that failed for good (404, 422) or ended in doubt in an earlier run
+    #[arg(long)]
+    pub retry_failed: bool,
 }
 
 impl ActionGuards {
@@ -184,11 +193,17 @@ impl ActionGuards {
             return Err(Error::Config(vec!["`--max-rows` must be at least 1".into()]));
         }
         let reviewed = crate::action::read(file)?;
+        // The journal's scope: the service and the key's fingerprint. Without a key (a plan), the
+        // scope is the service alone; `apply` reports the missing key itself.
+        let service = Url::parse(&global.base_url).map_or_else(|_| global.base_url.clone(), |u| u.to_string());
+        let key = ApiKey::resolve(global.api_key_file.as_deref(), std::env::var(API_KEY_ENV).ok().as_deref()).ok();
         let config = ActionConfig {
             out: OutDir::new(&global.out),
             file: file.to_path_buf(),
             max_rows: self.max_rows,
             only: self.only,
+            retry_failed: self.retry_failed,
+            scope: Scope::new(&service, key.map(|k| k.fingerprint())),
         };
         Ok((config, reviewed))
     }
@@ -224,6 +239,10 @@ pub struct LoadOptions {
     /// Fail the load when a data-quality check finds a problem (otherwise it is recorded)
     #[arg(long)]
     pub strict: bool,
+    /// Seconds a Parquet version is kept after a newer one replaces it, for readers that listed
+    /// its files just before
+    #[arg(long, default_value_t = 3600, value_name = "S")]
+    pub parquet_grace_s: u64,
 }
 
 impl LoadOptions {
@@ -231,7 +250,12 @@ impl LoadOptions {
         if let Err(e) = crate::transform::buckets(&self.cohort_edges) {
             return Err(Error::Config(vec![format!("`--cohort-edges`: {e}")]));
         }
-        Ok(LoadConfig { out: OutDir::new(&global.out), cohort_edges: self.cohort_edges.clone(), strict: self.strict })
+        Ok(LoadConfig {
+            out: OutDir::new(&global.out),
+            cohort_edges: self.cohort_edges.clone(),
+            strict: self.strict,
+            parquet_grace: Duration::from_secs(self.parquet_grace_s),
+        })
     }
 }
 
@@ -435,6 +459,20 @@ impl GlobalArgs {
     pub fn client_config(&self) -> Result<ClientConfig, Error> {
         let mut problems = vec![];
         let url = match Url::parse(&self.base_url) {
+            Ok(u) if !u.username().is_empty() || u.password().is_some() => {
+                problems.push(
+                    "`--base-url` must not hold a user name or password (`user:pass@`); the key is the only credential"
+                        .into(),
+                );
+                None
+            }
+            Ok(u) if u.scheme() == "http" && u.host().is_some() && !is_loopback(&u) && !self.allow_insecure_http => {
+                problems.push(format!(
+                    "`--base-url` `{}` is plain http to another machine: the API key would travel in clear text; use https, or pass `--allow-insecure-http` if the network is trusted",
+                    self.base_url
+                ));
+                None
+            }
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
             Ok(_) => {
                 problems.push(format!("`--base-url` `{}` must be an http(s) URL with a host", self.base_url));
@@ -474,6 +512,13 @@ impl GlobalArgs {
             _ => Err(Error::Config(problems)),
         }
     }
+}
+
+/// `localhost`, 127.0.0.0/8 or ::1: plain http there never leaves the machine.
+fn is_loopback(u: &Url) -> bool {
+    let Some(host) = u.host_str() else { return false };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 impl EmulatorArgs {
@@ -520,7 +565,12 @@ impl EmulatorArgs {
                 hourly_cap: pacing.hourly_cap,
                 cap_window: pacing.cap_window,
             },
-            faults: FaultConfig { rate: self.fault_rate, slow: Duration::from_millis(self.slow_ms), kinds: vec![] },
+            faults: FaultConfig {
+                rate: self.fault_rate,
+                slow: Duration::from_millis(self.slow_ms),
+                kinds: vec![],
+                lost: vec![],
+            },
             latency: Duration::from_millis(self.latency_ms),
             drift: self.drift,
             admin: self.admin,

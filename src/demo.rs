@@ -95,11 +95,23 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
         fresh: false,
         progress_bars: config.progress_bars,
     };
-    let load = LoadConfig { out: config.out.clone(), cohort_edges: DEFAULT_COHORT_EDGES.to_vec(), strict: false };
+    let load = LoadConfig {
+        out: config.out.clone(),
+        cohort_edges: DEFAULT_COHORT_EDGES.to_vec(),
+        strict: false,
+        parquet_grace: crate::load::DEFAULT_PARQUET_GRACE,
+    };
     let reviewed_path = root.join("examples").join("reviewed.csv");
     crate::out::write_atomic(&reviewed_path, EXAMPLE_REVIEWED_CSV.as_bytes())?;
     let reviewed = crate::action::read(&reviewed_path)?;
-    let actions = ActionConfig { out: config.out.clone(), file: reviewed_path, max_rows: None, only: None };
+    let actions = ActionConfig {
+        out: config.out.clone(),
+        file: reviewed_path,
+        max_rows: None,
+        only: None,
+        retry_failed: false,
+        scope: crate::action::journal::Scope::new(&emu.base_url, Some(client_config.api_key.fingerprint())),
+    };
 
     let stop = stop_signal();
     // A client per run, so each run's report counts its own requests; they share the pacer.

@@ -21,7 +21,7 @@ pub mod exit {
     pub const ACTIONS_FAILED: u8 = 3;
     /// The API key was rejected (401) or lacks rights (403).
     pub const AUTH: u8 = 4;
-    /// Another run holds the lock on `--out`.
+    /// Another run holds the lock on `--out`, or another process holds the writer's warehouse.
     pub const LOCKED: u8 = 5;
     /// Interrupted by Ctrl-C or SIGTERM; progress is saved and a rerun resumes.
     pub const INTERRUPTED: u8 = 130;
@@ -67,7 +67,12 @@ impl Error {
             Error::Api(e) if e.is_auth() => exit::AUTH,
             Error::Api(ApiError::InvalidRequest(_)) => exit::USAGE,
             Error::Extract(ExtractError::Api { source, .. }) if source.is_auth() => exit::AUTH,
-            Error::Extract(ExtractError::Interrupted) => exit::INTERRUPTED,
+            Error::Extract(ExtractError::Interrupted)
+            | Error::Api(ApiError::Interrupted { .. })
+            | Error::Extract(ExtractError::Api { source: ApiError::Interrupted { .. }, .. }) => exit::INTERRUPTED,
+            Error::Load(LoadError::Locked { .. }) | Error::Action(ActionError::Warehouse(LoadError::Locked { .. })) => {
+                exit::LOCKED
+            }
             Error::Out(OutError::Locked { .. }) | Error::Extract(ExtractError::Out(OutError::Locked { .. })) => {
                 exit::LOCKED
             }

@@ -10,6 +10,11 @@
 //! OUT/raw/<run_id>/COMPLETE          present once the extract finished
 //! OUT/runs/<run_id>.json             the run report
 //! OUT/state/extract.json             incremental state (last extracted day)
+//! OUT/state/pacing-<id>.json         the pacer's memory per service and key (times only)
+//! OUT/state/warehouse.duckdb         the writer's warehouse (see `load::warehouse`)
+//! OUT/warehouse.duckdb               the readers' snapshot, replaced by a rename
+//! OUT/parquet/<table>                symlink to the table's current version directory
+//! OUT/actions/<run_id>-results.csv   an actions run's results
 //! ```
 //!
 //! The lock is an OS advisory lock (`flock`), so a killed run never leaves a stale lock behind.
@@ -28,6 +33,8 @@ pub enum OutError {
         "another run holds the lock on `{out}`: {holder}; wait for it to finish, or check that it is still running"
     )]
     Locked { out: String, holder: String },
+    #[error("raw landing `{path}` is corrupt at line {line}: {reason}; the run cannot be loaded from it: move the file aside and run `creator-etl extract --fresh`")]
+    Corrupt { path: String, line: usize, reason: String },
     #[error("cannot {action} `{path}`")]
     Io {
         action: &'static str,

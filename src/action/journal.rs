@@ -4,14 +4,21 @@
 //! outcome replaces it. So at any moment a row is one of:
 //! - done (`applied` or `noop` in some run): never sent again, whatever file it comes back in;
 //! - interrupted (`pending`: the process died between the two commits): the write may or may not
-//!   have reached the service. It is sent again, which is safe: a PATCH with the same body leaves
-//!   the same sale, and a repeated payout mark is answered "already paid" (a no-op);
-//! - failed, or never seen: sent.
+//!   have reached the service. It is sent again and the answer read knowing that (see
+//!   [`super::settle`]); once a later run records an outcome, the old intent is closed
+//!   (`superseded`);
+//! - in doubt (`in_doubt`): held back until the operator applies with `--retry-failed`;
+//! - failed for good (`failed` with a 4xx other than 401, 403, 408 and 429): held back until the
+//!   row changes or the operator applies with `--retry-failed`;
+//! - failed transiently, or never seen: sent.
 //!
-//! Rows are identified by their fingerprint (action, target and normalised fields), so a file
-//! that is rerun, reordered or merged with new rows is matched row by row.
+//! Rows are identified by their fingerprint (action, target and normalised fields) *within a
+//! scope*: the service (base URL) and the key's fingerprint (never the key). The same file applied
+//! to another service, or with another organization's key, is a different set of writes. Journal
+//! rows written before scopes existed (schema version 2) have none and count for every scope.
 
 use std::collections::HashMap;
+use std::fmt;
 
 use chrono::{DateTime, Utc};
 use duckdb::{params, Connection};
@@ -21,15 +28,49 @@ use super::{ActionError, RowResult};
 use crate::load::warehouse;
 use crate::out::OutDir;
 
+/// Where rows are sent: the service and the key, as the journal records them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scope {
+    /// The base URL, without a trailing slash.
+    pub service: String,
+    /// The key's fingerprint (`key-xxxxxxxx`); `None` for a plan run without a key, which then
+    /// matches every key of the service.
+    pub key: Option<String>,
+}
+
+impl Scope {
+    pub fn new(base_url: &str, key_fingerprint: Option<String>) -> Self {
+        Scope { service: base_url.trim_end_matches('/').to_owned(), key: key_fingerprint }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.key {
+            Some(k) => write!(f, "{} with {k}", self.service),
+            None => write!(f, "{} with any key (no key given)", self.service),
+        }
+    }
+}
+
+/// `WHERE` condition of the rows of a scope (three parameters: service, key, key); rows from
+/// before scopes (NULL service) belong to every scope.
+const IN_SCOPE: &str = "(service IS NULL OR (service = ? AND (?::VARCHAR IS NULL OR key_fingerprint = ?)))";
+
 /// What the journal knows of a fingerprint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Known {
-    /// Never sent, or only failed: send it.
+    /// Never sent, or only failed transiently: send it.
     New,
     /// Applied (or a no-op) by this run.
     Done { run_id: String },
-    /// Sent by this run, which died before recording the answer: send again (idempotent).
+    /// Sent by this run, which died before recording the answer: send again, reading the answer
+    /// as one to a re-send.
     Interrupted { run_id: String },
+    /// Ended in doubt in this run: held until `--retry-failed`.
+    InDoubt { run_id: String, message: String },
+    /// Refused for good in this run: held until the row changes or `--retry-failed`.
+    FailedBefore { run_id: String, status: i32, message: String },
 }
 
 /// An intent recorded without an outcome.
@@ -53,19 +94,16 @@ fn db(context: &'static str) -> impl FnOnce(duckdb::Error) -> ActionError {
 impl Journal {
     /// Opens the warehouse's journal for writing, migrating the warehouse if needed.
     pub fn open(out: &OutDir) -> Result<Self, ActionError> {
-        let conn = warehouse::open(&out.root().join("warehouse.duckdb"))?;
-        Ok(Journal { conn })
+        Ok(Journal { conn: warehouse::open_writer(out)? })
     }
 
     /// Opens it read-only, for a plan; `None` when there is no warehouse (nothing applied yet).
-    pub fn open_read_only(out: &OutDir) -> Result<Option<Self>, ActionError> {
-        let path = out.root().join("warehouse.duckdb");
-        if !path.exists() {
+    /// The note says when a running command holds the writer's file, so the plan reads the
+    /// snapshot published after the last command instead.
+    pub fn open_read_only(out: &OutDir) -> Result<Option<(Self, Option<String>)>, ActionError> {
+        let Some((conn, note)) = warehouse::open_latest_read_only(out)? else {
             return Ok(None);
-        }
-        let config =
-            duckdb::Config::default().access_mode(duckdb::AccessMode::ReadOnly).map_err(db("open the warehouse"))?;
-        let conn = Connection::open_with_flags(&path, config).map_err(db("open the warehouse read-only"))?;
+        };
         let has_journal: bool = conn
             .query_row(
                 "SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = 'action_journal'",
@@ -73,37 +111,71 @@ impl Journal {
                 |r| r.get(0),
             )
             .map_err(db("look for the journal"))?;
-        Ok(has_journal.then_some(Journal { conn }))
+        Ok(has_journal.then_some((Journal { conn }, note)))
+    }
+
+    fn scoped(&self) -> Result<bool, ActionError> {
+        self.conn
+            .query_row(
+                "SELECT count(*) > 0 FROM information_schema.columns \
+                 WHERE table_name = 'action_journal' AND column_name = 'service'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(db("read the journal"))
     }
 
     /// What is known of a row.
-    pub fn known(&self, fingerprint: &str) -> Result<Known, ActionError> {
-        Ok(self.known_rows(Some(fingerprint))?.remove(fingerprint).unwrap_or(Known::New))
+    pub fn known(&self, fingerprint: &str, scope: &Scope) -> Result<Known, ActionError> {
+        Ok(self.known_rows(Some(fingerprint), scope)?.remove(fingerprint).unwrap_or(Known::New))
     }
 
     /// What is known of every row the journal has seen, in one query: a plan of many rows
     /// would otherwise pay a query per row before the first request.
-    pub fn known_all(&self) -> Result<HashMap<String, Known>, ActionError> {
-        self.known_rows(None)
+    pub fn known_all(&self, scope: &Scope) -> Result<HashMap<String, Known>, ActionError> {
+        self.known_rows(None, scope)
     }
 
-    /// Per fingerprint, the first run that applied it (or found it a no-op), else the latest run
-    /// that sent it and died before recording the answer.
-    fn known_rows(&self, fingerprint: Option<&str>) -> Result<HashMap<String, Known>, ActionError> {
-        let filter = if fingerprint.is_some() { "WHERE fingerprint = ?" } else { "" };
+    /// Per fingerprint in the scope: the first run that applied it (or found it a no-op); else
+    /// the latest outcome of any run (a pending intent, in doubt, failed, failed transiently).
+    fn known_rows(&self, fingerprint: Option<&str>, scope: &Scope) -> Result<HashMap<String, Known>, ActionError> {
+        // A plan may read a version-2 warehouse (before the first apply of this version), which
+        // has no scope columns: all its rows count for every scope.
+        let scoped = self.scoped()?;
+        let in_scope = if scoped { IN_SCOPE } else { "true" };
+        let filter = if fingerprint.is_some() { "AND fingerprint = ?" } else { "" };
         let sql = format!(
             "SELECT fingerprint, \
              arg_min(run_id, outcome_at) FILTER (WHERE outcome IN ('applied', 'noop')), \
-             arg_max(run_id, intent_at) FILTER (WHERE outcome = 'pending') \
-             FROM action_journal {filter} GROUP BY fingerprint"
+             arg_max(run_id, intent_at) FILTER (WHERE outcome <> 'superseded'), \
+             arg_max(outcome, intent_at) FILTER (WHERE outcome <> 'superseded'), \
+             arg_max(http_status, intent_at) FILTER (WHERE outcome <> 'superseded'), \
+             arg_max(message, intent_at) FILTER (WHERE outcome <> 'superseded') \
+             FROM action_journal WHERE {in_scope} {filter} GROUP BY fingerprint"
         );
         let mut stmt = self.conn.prepare(&sql).map_err(db("read the journal"))?;
+        let mut args: Vec<Option<String>> = vec![];
+        if scoped {
+            args.extend([Some(scope.service.clone()), scope.key.clone(), scope.key.clone()]);
+        }
+        if let Some(f) = fingerprint {
+            args.push(Some(f.to_owned()));
+        }
         let rows = stmt
-            .query_map(duckdb::params_from_iter(fingerprint), |r| {
-                let known = match (r.get::<_, Option<String>>(1)?, r.get::<_, Option<String>>(2)?) {
-                    (Some(run_id), _) => Known::Done { run_id },
-                    (None, Some(run_id)) => Known::Interrupted { run_id },
-                    (None, None) => Known::New,
+            .query_map(duckdb::params_from_iter(args), |r| {
+                let done: Option<String> = r.get(1)?;
+                let latest: Option<String> = r.get(2)?;
+                let outcome: Option<String> = r.get(3)?;
+                let status: Option<i32> = r.get(4)?;
+                let message: String = r.get::<_, Option<String>>(5)?.unwrap_or_default();
+                let known = match (done, latest, outcome.as_deref()) {
+                    (Some(run_id), _, _) => Known::Done { run_id },
+                    (None, Some(run_id), Some("pending")) => Known::Interrupted { run_id },
+                    (None, Some(run_id), Some("in_doubt")) => Known::InDoubt { run_id, message },
+                    (None, Some(run_id), Some("failed")) if status.is_some_and(failed_for_good) => {
+                        Known::FailedBefore { run_id, status: status.unwrap_or_default(), message }
+                    }
+                    _ => Known::New,
                 };
                 Ok((r.get::<_, String>(0)?, known))
             })
@@ -113,17 +185,19 @@ impl Journal {
         Ok(rows)
     }
 
-    /// Intents that never got an outcome, from any run.
-    pub fn interrupted(&self) -> Result<Vec<Intent>, ActionError> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT run_id, file, line, target, fingerprint FROM action_journal WHERE outcome = 'pending' \
-                 ORDER BY intent_at",
-            )
-            .map_err(db("read the journal"))?;
+    /// Intents of the scope that never got an outcome, in any run, and that no later run
+    /// resolved.
+    pub fn interrupted(&self, scope: &Scope) -> Result<Vec<Intent>, ActionError> {
+        let sql = format!(
+            "SELECT run_id, file, line, target, fingerprint FROM action_journal AS p \
+             WHERE outcome = 'pending' AND {IN_SCOPE} AND NOT EXISTS (\
+               SELECT 1 FROM action_journal AS q WHERE q.fingerprint = p.fingerprint \
+               AND q.outcome NOT IN ('pending', 'superseded') AND q.intent_at >= p.intent_at) \
+             ORDER BY intent_at"
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(db("read the journal"))?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map(params![scope.service, scope.key, scope.key], |r| {
                 Ok(Intent {
                     run_id: r.get(0)?,
                     file: r.get(1)?,
@@ -140,12 +214,13 @@ impl Journal {
 
     /// Commits the intent to send a row, before it is sent. A rerun of the same run id (an
     /// interrupted intent resent) replaces the earlier entry.
-    pub fn record_intent(&self, run_id: &str, file: &str, row: &ReviewedRow) -> Result<(), ActionError> {
+    pub fn record_intent(&self, run_id: &str, file: &str, row: &ReviewedRow, scope: &Scope) -> Result<(), ActionError> {
         self.conn
             .execute(
                 "INSERT OR REPLACE INTO action_journal \
-                 (fingerprint, run_id, file, line, row_id, action, target, body_json, outcome, intent_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', now())",
+                 (fingerprint, run_id, file, line, row_id, action, target, body_json, outcome, intent_at, \
+                  service, key_fingerprint) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', now(), ?, ?)",
                 params![
                     row.fingerprint(),
                     run_id,
@@ -155,16 +230,37 @@ impl Journal {
                     row.action.as_str(),
                     row.target.to_string(),
                     row.body_json(),
+                    scope.service,
+                    scope.key,
                 ],
             )
             .map_err(db("record the intent in the journal"))?;
         Ok(())
     }
 
-    /// Commits a sent row's outcome.
-    pub fn record_outcome(&self, run_id: &str, row: &ReviewedRow, result: &RowResult) -> Result<(), ActionError> {
+    /// Removes an intent whose row was never sent (the run stopped while it waited to go out).
+    pub fn forget_intent(&self, run_id: &str, row: &ReviewedRow) -> Result<(), ActionError> {
         self.conn
             .execute(
+                "DELETE FROM action_journal WHERE fingerprint = ? AND run_id = ? AND outcome = 'pending'",
+                params![row.fingerprint(), run_id],
+            )
+            .map_err(db("record the outcome in the journal"))?;
+        Ok(())
+    }
+
+    /// Commits a sent row's outcome, and closes the intents of earlier runs that died sending the
+    /// same row: this answer resolves them.
+    pub fn record_outcome(
+        &self,
+        run_id: &str,
+        row: &ReviewedRow,
+        result: &RowResult,
+        scope: &Scope,
+    ) -> Result<(), ActionError> {
+        let update = || -> Result<(), duckdb::Error> {
+            self.conn.execute_batch("BEGIN TRANSACTION")?;
+            self.conn.execute(
                 "UPDATE action_journal SET outcome = ?, http_status = ?, message = ?, response_excerpt = ?, \
                  outcome_at = now() WHERE fingerprint = ? AND run_id = ?",
                 params![
@@ -175,9 +271,26 @@ impl Journal {
                     row.fingerprint(),
                     run_id,
                 ],
-            )
-            .map_err(db("record the outcome in the journal"))?;
-        Ok(())
+            )?;
+            self.conn.execute(
+                &format!(
+                    "UPDATE action_journal SET outcome = 'superseded', message = 'resolved by run ' || ?::VARCHAR, \
+                     outcome_at = now() WHERE fingerprint = ? AND run_id <> ? AND outcome IN ('pending', 'in_doubt') \
+                     AND {IN_SCOPE}"
+                ),
+                params![run_id, row.fingerprint(), run_id, scope.service, scope.key, scope.key],
+            )?;
+            self.conn.execute_batch("COMMIT")
+        };
+        update().map_err(|e| {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            db("record the outcome in the journal")(e)
+        })
+    }
+
+    /// Closes the journal and publishes the warehouse to readers ([`warehouse::publish`]).
+    pub fn publish(self, out: &OutDir) -> Result<(), ActionError> {
+        Ok(warehouse::publish(self.conn, out)?)
     }
 
     /// Stores every row's result of a run in `action_results`, in one transaction.
@@ -220,4 +333,10 @@ impl Journal {
             }
         }
     }
+}
+
+/// A refusal that the same row will meet again: a 4xx other than 401, 403 (the key), 408 and
+/// 429 (the moment).
+fn failed_for_good(status: i32) -> bool {
+    (400..500).contains(&status) && ![401, 403, 408, 429].contains(&status)
 }

@@ -2,10 +2,20 @@
 //!
 //! Parse, validate, act: the whole file is validated first ([`reviewed::parse`]), and one bad
 //! row means nothing is sent. Then each approved row, in file order:
-//! 1. is skipped when the journal says it was already applied (or `--only` leaves it out);
+//! 1. is skipped when the journal says it was already applied (or `--only` leaves it out), and
+//!    held back when it failed for good or ended in doubt before (unless `--retry-failed`);
 //! 2. has its intent committed to the journal, is sent through the paced client, and has its
 //!    outcome committed (see [`journal`] for why this gives exactly once across crashes);
 //! 3. ends as one [`Outcome`].
+//!
+//! **Lost answers.** A write can take effect while its answer never arrives (a dropped
+//! connection, a proxy's 502, a body cut short). Any 2xx is `applied`, whatever its body. A write
+//! whose answer was lost, in this run or in a run that died, is sent again (both writes of the API
+//! may be: see [`crate::api::Client`]) and the answer to the re-send is read in that light
+//! ([`settle`]): a refusal that proves the first attempt took effect ("Cancelled sales cannot be
+//! updated." for a row that cancels, "current status is paid_externally" for a mark) is
+//! `applied`; a refusal that does not depend on the first attempt (404, an invalid value) is
+//! `failed`; anything else is `in_doubt`, which the operator settles.
 //!
 //! A 401 or 403 stops the run at once: the rest are `not_sent`, and nothing more is requested.
 //! The results go to `OUT/actions/<run_id>-results.csv` (the input plus outcome columns) and the
@@ -22,10 +32,10 @@ use serde::Serialize;
 use thiserror::Error;
 use tokio::sync::watch;
 
-use crate::api::{ApiError, Client, MarkOutcome};
+use crate::api::{ApiError, Client, MarkOutcome, WriteError, Written};
 use crate::load::LoadError;
 use crate::out::{write_atomic, OutDir, OutError};
-use journal::{Journal, Known};
+use journal::{Journal, Known, Scope};
 pub use reviewed::{ActionKind, Reviewed, ReviewedRow, RowError, Target};
 
 #[derive(Debug, Error)]
@@ -57,6 +67,10 @@ pub struct ActionConfig {
     pub max_rows: Option<usize>,
     /// Only rows of this action.
     pub only: Option<ActionKind>,
+    /// Send again rows that failed for good or ended in doubt in an earlier run.
+    pub retry_failed: bool,
+    /// The service and key the rows go to: the journal's scope.
+    pub scope: Scope,
 }
 
 /// How a row ended.
@@ -72,10 +86,13 @@ pub enum Outcome {
     SkippedAlreadyApplied,
     /// Left out by `--only`.
     SkippedNotSelected,
-    /// The service refused it (404, 422, …); fix the row and apply again.
+    /// The service refused it (404, 422, …); fix the row, or apply with `--retry-failed`.
     Failed,
     /// Retries were spent on 429s, 5xx or network errors; the next apply tries again.
     FailedTransient,
+    /// An answer was lost and no later answer settled whether the write took effect: the
+    /// operator checks the target, then leaves it or applies with `--retry-failed`.
+    InDoubt,
     /// Not sent because the run stopped first (401/403 or Ctrl-C); the next apply sends it.
     NotSent,
 }
@@ -91,13 +108,14 @@ impl Outcome {
             Outcome::SkippedNotSelected => "skipped_not_selected",
             Outcome::Failed => "failed",
             Outcome::FailedTransient => "failed_transient",
+            Outcome::InDoubt => "in_doubt",
             Outcome::NotSent => "not_sent",
         }
     }
 
     /// Whether the row needs attention: exit 3.
     pub fn is_failure(self) -> bool {
-        matches!(self, Outcome::Failed | Outcome::FailedTransient | Outcome::NotSent)
+        matches!(self, Outcome::Failed | Outcome::FailedTransient | Outcome::InDoubt | Outcome::NotSent)
     }
 }
 
@@ -159,41 +177,95 @@ pub fn read(path: &Path) -> Result<Reviewed, ActionError> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Decision {
     Skip(Outcome, String),
-    Send { resend_of: Option<String> },
+    /// `resend_of`: an earlier run sent this row and lost its answer (it died, or the row ended in
+    /// doubt): the answer to this send is read knowing that.
+    Send {
+        resend_of: Option<String>,
+        retry: bool,
+    },
 }
 
-fn decide(row: &ReviewedRow, only: Option<ActionKind>, known: Option<&HashMap<String, Known>>) -> Decision {
+fn decide(row: &ReviewedRow, config: &ActionConfig, known: Option<&HashMap<String, Known>>) -> Decision {
     if !row.approved {
         return Decision::Skip(Outcome::SkippedNotApproved, "not approved".into());
     }
-    if only.is_some_and(|k| k != row.action) {
+    if config.only.is_some_and(|k| k != row.action) {
         return Decision::Skip(Outcome::SkippedNotSelected, "left out by `--only`".into());
     }
     match known.and_then(|k| k.get(&row.fingerprint())) {
         Some(Known::Done { run_id }) => {
             Decision::Skip(Outcome::SkippedAlreadyApplied, format!("already applied by run {run_id}"))
         }
-        Some(Known::Interrupted { run_id }) => Decision::Send { resend_of: Some(run_id.clone()) },
-        Some(Known::New) | None => Decision::Send { resend_of: None },
+        Some(Known::Interrupted { run_id }) => Decision::Send { resend_of: Some(run_id.clone()), retry: false },
+        Some(Known::InDoubt { run_id, .. }) if config.retry_failed => {
+            Decision::Send { resend_of: Some(run_id.clone()), retry: true }
+        }
+        Some(Known::InDoubt { run_id, message }) => Decision::Skip(
+            Outcome::InDoubt,
+            format!("in doubt since run {run_id}: {message}; not sent again until `--retry-failed`"),
+        ),
+        Some(Known::FailedBefore { .. }) if config.retry_failed => Decision::Send { resend_of: None, retry: true },
+        Some(Known::FailedBefore { run_id, status, message }) => Decision::Skip(
+            Outcome::Failed,
+            format!(
+                "failed before in run {run_id} ({status} {message}); not sent again: fix the row, or apply with `--retry-failed`"
+            ),
+        ),
+        Some(Known::New) | None => Decision::Send { resend_of: None, retry: false },
     }
+}
+
+/// Every row's decision, and how many would be sent; refuses more than `--max-rows`.
+fn decide_all(
+    config: &ActionConfig,
+    file: &Reviewed,
+    known: Option<&HashMap<String, Known>>,
+) -> Result<Vec<Decision>, ActionError> {
+    let decisions: Vec<Decision> = file.rows.iter().map(|r| decide(r, config, known)).collect();
+    let to_send = decisions.iter().filter(|d| matches!(d, Decision::Send { .. })).count();
+    match config.max_rows.filter(|m| to_send > *m) {
+        Some(max) => Err(ActionError::TooManyRows { rows: to_send, max }),
+        None => Ok(decisions),
+    }
+}
+
+/// The checks an apply makes before its first request, made before a `run` fetches anything:
+/// the journal can be read and written, and `--max-rows` holds for what would be sent.
+pub fn preflight(config: &ActionConfig, file: &Reviewed) -> Result<(), ActionError> {
+    let journal = Journal::open(&config.out)?;
+    decide_all(config, file, Some(&journal.known_all(&config.scope)?)).map(|_| ())
 }
 
 /// The plan for a file: each row's fate, without sending anything. Reads the journal read-only.
 pub fn plan(config: &ActionConfig, file: &Reviewed) -> Result<String, ActionError> {
-    let known = Journal::open_read_only(&config.out)?.map(|j| j.known_all()).transpose()?;
+    let (journal, note) = match Journal::open_read_only(&config.out)? {
+        Some((j, note)) => (Some(j), note),
+        None => (None, None),
+    };
+    let known = journal.map(|j| j.known_all(&config.scope)).transpose()?;
     let mut text = String::new();
     let mut totals: BTreeMap<String, u64> = BTreeMap::new();
     for row in &file.rows {
-        let what = match decide(row, config.only, known.as_ref()) {
+        let what = match decide(row, config, known.as_ref()) {
             Decision::Skip(outcome, why) => {
                 *totals.entry(outcome.as_str().to_owned()).or_default() += 1;
-                format!("skip ({why})")
+                match outcome {
+                    Outcome::InDoubt => format!("hold ({why}); check {}", check_hint(row)),
+                    Outcome::Failed => format!("hold ({why})"),
+                    _ => format!("skip ({why})"),
+                }
             }
-            Decision::Send { resend_of } => {
+            Decision::Send { resend_of, retry } => {
                 *totals.entry(format!("send {}", row.action)).or_default() += 1;
-                match resend_of {
-                    Some(run) => format!("send again (run {run} was interrupted before its answer): {}", row.changes()),
-                    None => format!("send: {}", row.changes()),
+                match (resend_of, retry) {
+                    (Some(run), false) => {
+                        format!("send again (run {run} was interrupted before its answer): {}", row.changes())
+                    }
+                    (Some(run), true) => {
+                        format!("send again (in doubt since run {run}, `--retry-failed`): {}", row.changes())
+                    }
+                    (None, true) => format!("send again (failed before, `--retry-failed`): {}", row.changes()),
+                    (None, false) => format!("send: {}", row.changes()),
                 }
             }
         };
@@ -207,8 +279,20 @@ pub fn plan(config: &ActionConfig, file: &Reviewed) -> Result<String, ActionErro
     if let Some(max) = config.max_rows.filter(|m| (sends as usize) > *m) {
         text.push_str(&format!("\nmore than `--max-rows {max}`: `actions apply` would refuse this file"));
     }
+    text.push_str(&format!("\njournal scope: {}", config.scope));
+    if let Some(note) = note {
+        text.push_str(&format!("\nnote: {note}"));
+    }
     text.push('\n');
     Ok(text)
+}
+
+/// What the operator should look at to settle a row in doubt.
+fn check_hint(row: &ReviewedRow) -> String {
+    match &row.target {
+        Target::Sale(id) => format!("whether sale {id} shows {} in the dashboard", row.changes()),
+        Target::Payout(uuid) => format!("whether payout {uuid} shows paid externally in the dashboard"),
+    }
 }
 
 fn excerpt(bytes: &[u8]) -> String {
@@ -216,44 +300,109 @@ fn excerpt(bytes: &[u8]) -> String {
     text.chars().take(300).collect()
 }
 
-/// Sends one row and classifies the answer.
-async fn send(client: &Client, row: &ReviewedRow, result: &mut RowResult) -> Option<ApiError> {
-    let answer = match (&row.target, &row.update) {
-        (Target::Sale(id), Some(update)) => client.update_sale(*id, update).await.map(|f| {
-            result.outcome = Outcome::Applied;
-            result.http_status = Some(f.status);
-            result.response_excerpt = Some(excerpt(&f.raw));
-            result.result_total = f.value.data.total;
-            result.result_commission = f.value.data.commission;
-            result.result_status = Some(f.value.data.status.to_string());
-        }),
-        (Target::Payout(uuid), _) => client.mark_credit_payout(uuid).await.map(|m| match m {
-            MarkOutcome::Marked(f) => {
-                result.outcome = Outcome::Applied;
-                result.http_status = Some(f.status);
-                result.response_excerpt = Some(excerpt(&f.raw));
-                result.result_status = Some(f.value.creator_payout.status.clone());
+/// Sends one row and classifies the answer. `resent` says an earlier attempt of this row, in a
+/// run that died or ended in doubt, may have taken effect. Returns the error that stops the run
+/// (401, 403, Ctrl-C), if any.
+async fn send(client: &Client, row: &ReviewedRow, result: &mut RowResult, resent: bool) -> Option<ApiError> {
+    let failure = match (&row.target, &row.update) {
+        (Target::Sale(id), Some(update)) => match client.update_sale(*id, update).await {
+            Ok(w) => {
+                applied(result, &w, resent);
+                if let Some(sale) = &w.value {
+                    result.result_total = sale.data.total;
+                    result.result_commission = sale.data.commission;
+                    result.result_status = Some(sale.data.status.to_string());
+                }
+                return None;
             }
-            MarkOutcome::AlreadyPaid { status, message } => {
-                result.outcome = Outcome::Noop;
+            Err(e) => e,
+        },
+        (Target::Payout(uuid), _) => match client.mark_credit_payout(uuid).await {
+            Ok(MarkOutcome::Marked(w)) => {
+                applied(result, &w, resent);
+                result.result_status = w.value.as_ref().map(|v| v.creator_payout.status.clone());
+                return None;
+            }
+            Ok(MarkOutcome::AlreadyPaid { status, message, resent: lost_now }) => {
                 result.http_status = Some(status);
-                result.message = Some(message);
+                if resent || lost_now {
+                    result.outcome = Outcome::Applied;
+                    result.message = Some(format!(
+                        "took effect: an earlier attempt's answer was lost, and the re-send was answered `{message}`"
+                    ));
+                } else {
+                    result.outcome = Outcome::Noop;
+                    result.message = Some(message);
+                }
+                return None;
             }
-        }),
+            Err(e) => e,
+        },
         (Target::Sale(_), None) => unreachable!("validation gives every update_sale row a body"),
     };
-    match answer {
-        Ok(()) => None,
-        Err(e) => {
-            result.outcome = if e.is_transient() { Outcome::FailedTransient } else { Outcome::Failed };
-            result.http_status = e.status();
-            result.message = Some(e.server_message().map_or_else(|| e.to_string(), str::to_owned));
-            e.is_auth().then_some(e)
+    let WriteError { error, in_doubt } = failure;
+    settle(row, result, &error, resent || in_doubt);
+    (error.is_auth() || matches!(error, ApiError::Interrupted { .. })).then_some(error)
+}
+
+/// A 2xx: applied, whether or not the body could be read.
+fn applied<T>(result: &mut RowResult, w: &Written<T>, resent: bool) {
+    result.outcome = Outcome::Applied;
+    result.http_status = Some(w.status);
+    result.response_excerpt = Some(excerpt(&w.raw));
+    let mut notes = vec![];
+    if let Some(why) = &w.unreadable {
+        notes.push(format!("the service accepted it ({}), but its answer could not be read: {why}", w.status));
+    }
+    if resent || w.resent {
+        notes.push("an earlier attempt's answer was lost; this answer is to the re-send".to_owned());
+    }
+    result.message = (!notes.is_empty()).then(|| notes.join("; "));
+}
+
+/// The outcome of a row the service did not accept. Without a lost answer: `failed`, or
+/// `failed_transient` when retries could not get past 429s, 5xx or the network. After a lost
+/// answer, the refusal is read as evidence about the earlier attempt.
+fn settle(row: &ReviewedRow, result: &mut RowResult, error: &ApiError, lost: bool) {
+    result.http_status = error.status();
+    let said = error.server_message().map_or_else(|| error.to_string(), str::to_owned);
+    if let ApiError::Interrupted { .. } = error {
+        if !lost {
+            result.outcome = Outcome::NotSent;
+            result.message = Some("not sent: the run stopped first; apply again to send it".into());
+            return;
         }
+    }
+    if !lost {
+        result.outcome = if error.is_transient() { Outcome::FailedTransient } else { Outcome::Failed };
+        result.message = Some(said);
+        return;
+    }
+    let cancels = row.update.as_ref().is_some_and(|u| u.status == Some(crate::api::models::SaleStatus::Cancelled));
+    let cancelled_refusal = said.to_ascii_lowercase().contains("cancelled sales cannot be updated");
+    // Refusals of the row itself (its target or its values), which the earlier attempt met too.
+    let refusal = matches!(error.status(), Some(400 | 404 | 405 | 410 | 413 | 415 | 422));
+    if cancels && cancelled_refusal {
+        result.outcome = Outcome::Applied;
+        result.message = Some(format!(
+            "took effect: an earlier attempt's answer was lost, and the re-send was answered `{said}`: the sale is cancelled, as the row asked"
+        ));
+    } else if refusal && !cancelled_refusal {
+        // 404, an invalid value, a sale or payout of the wrong kind: the earlier attempt met the
+        // same refusal, so nothing took effect.
+        result.outcome = Outcome::Failed;
+        result.message = Some(format!("{said} (an earlier attempt's answer was lost; it met the same refusal)"));
+    } else {
+        result.outcome = Outcome::InDoubt;
+        result.message = Some(format!(
+            "an earlier attempt's answer was lost, and no later answer settled whether it took effect (last: {said}); check {}; if it is not there, apply with `--retry-failed`",
+            check_hint(row)
+        ));
     }
 }
 
-/// Applies a validated file. The caller holds the lock on the output directory.
+/// Applies a validated file. The caller holds the lock on the output directory. `client`
+/// should carry the stop signal ([`Client::with_stop`]) so that Ctrl-C ends a pacing wait.
 pub async fn apply(
     config: &ActionConfig,
     file: &Reviewed,
@@ -263,16 +412,13 @@ pub async fn apply(
     let run_id = crate::out::new_run_id();
     let file_name = config.file.display().to_string();
     let journal = Journal::open(&config.out)?;
-    let known = journal.known_all()?;
-    let decisions: Vec<Decision> = file.rows.iter().map(|r| decide(r, config.only, Some(&known))).collect();
+    let known = journal.known_all(&config.scope)?;
+    let decisions = decide_all(config, file, Some(&known))?;
     let to_send = decisions.iter().filter(|d| matches!(d, Decision::Send { .. })).count();
-    if let Some(max) = config.max_rows.filter(|m| to_send > *m) {
-        return Err(ActionError::TooManyRows { rows: to_send, max });
-    }
     let approved: std::collections::HashSet<String> =
         file.rows.iter().filter(|r| r.approved).map(ReviewedRow::fingerprint).collect();
     let unresolved_intents: Vec<String> = journal
-        .interrupted()?
+        .interrupted(&config.scope)?
         .into_iter()
         .filter(|i| !approved.contains(&i.fingerprint))
         .map(|i| format!("{}: line {} of `{}`, run {}", i.target, i.line, i.file, i.run_id))
@@ -280,7 +426,8 @@ pub async fn apply(
     for u in &unresolved_intents {
         tracing::warn!(intent = %u, "an interrupted action is not in this file; apply its file again to resolve it");
     }
-    tracing::info!(run_id = %run_id, rows = file.rows.len(), to_send, "applying reviewed actions");
+    tracing::info!(run_id = %run_id, rows = file.rows.len(), to_send, scope = %config.scope, "applying reviewed actions");
+    let client = client.with_stop(stop.clone());
 
     let mut rows = vec![];
     let mut stopped: Option<String> = None;
@@ -311,24 +458,29 @@ pub async fn apply(
                 stopped.get_or_insert_with(|| "interrupted".into());
                 result.message = Some("not sent: the run stopped first; apply again to send it".into());
             }
-            Decision::Send { resend_of } => {
+            Decision::Send { resend_of, .. } => {
                 // Rows earlier in this file may have applied the same change since the plan.
-                if let Known::Done { run_id } = journal.known(&result.fingerprint)? {
+                if let Known::Done { run_id } = journal.known(&result.fingerprint, &config.scope)? {
                     result.outcome = Outcome::SkippedAlreadyApplied;
                     result.message = Some(format!("already applied by run {run_id}"));
                 } else {
-                    if let Some(run) = resend_of {
-                        tracing::warn!(line = row.line, target = %row.target, interrupted_run = %run, "sending again a row whose answer was lost");
+                    if let Some(run) = &resend_of {
+                        tracing::warn!(line = row.line, target = %row.target, earlier_run = %run, "sending again a row whose answer was lost");
                     }
-                    journal.record_intent(&run_id, &file_name, row)?;
+                    journal.record_intent(&run_id, &file_name, row, &config.scope)?;
                     crate::out::crash_point("actions-after-intent");
-                    let auth = send(client, row, &mut result).await;
+                    let halt = send(&client, row, &mut result, resend_of.is_some()).await;
                     crate::out::crash_point("actions-before-outcome");
-                    journal.record_outcome(&run_id, row, &result)?;
+                    if result.outcome == Outcome::NotSent {
+                        // Interrupted before it went out: no intent is left open.
+                        journal.forget_intent(&run_id, row)?;
+                    } else {
+                        journal.record_outcome(&run_id, row, &result, &config.scope)?;
+                    }
                     tracing::debug!(line = row.line, target = %row.target, outcome = result.outcome.as_str(), status = ?result.http_status, "action");
-                    if let Some(e) = auth {
-                        stopped = Some(e.to_string());
-                        stopped_by_auth = true;
+                    if let Some(e) = halt {
+                        stopped_by_auth = e.is_auth();
+                        stopped = Some(if stopped_by_auth { e.to_string() } else { "interrupted".into() });
                     }
                 }
             }
@@ -338,6 +490,7 @@ pub async fn apply(
 
     let finished_at = Utc::now();
     journal.record_results(&run_id, &file_name, finished_at, &rows)?;
+    journal.publish(&config.out)?;
     let results_csv = config.out.root().join("actions").join(format!("{run_id}-results.csv"));
     write_atomic(&results_csv, &results_csv_bytes(file, &rows, &run_id))?;
     let mut outcomes = BTreeMap::new();

@@ -521,11 +521,31 @@ impl RowParser<'_> {
     }
 }
 
-/// An amount in integer cents. Decimals are refused with the integer to write instead; nothing
-/// is ever rounded.
+/// The largest amount a row may set: 100,000,000 cents (1,000,000.00 in the sale's currency).
+/// Larger is far more likely a slip (an extra digit, cents typed twice) than a real sale.
+pub const MAX_CENTS: i64 = 100_000_000;
+
+/// Dates a row may set: from 2000-01-01 to 2099-12-31 (UTC). Anything outside is a slip, such as
+/// a millisecond timestamp read as seconds.
+pub const MIN_DATE: NaiveDate = NaiveDate::from_ymd_opt(2000, 1, 1).expect("valid date");
+pub const MAX_DATE: NaiveDate = NaiveDate::from_ymd_opt(2099, 12, 31).expect("valid date");
+
+/// An amount in integer cents, from 0 to [`MAX_CENTS`]. Decimals are refused with the integer to
+/// write instead; nothing is ever rounded.
 pub fn parse_cents(raw: &str) -> Result<i64, String> {
     if let Ok(v) = raw.parse::<i64>() {
-        return if v < 0 { Err(format!("`{raw}` is negative; amounts are zero or more cents")) } else { Ok(v) };
+        return if v < 0 {
+            Err(format!("`{raw}` is negative; amounts are zero or more cents"))
+        } else if v > MAX_CENTS {
+            Err(format!("`{raw}` cents is above the maximum of {MAX_CENTS} (1,000,000.00); check for an extra digit"))
+        } else {
+            Ok(v)
+        };
+    }
+    if raw.bytes().all(|b| b.is_ascii_digit()) && !raw.is_empty() {
+        return Err(format!(
+            "`{raw}` cents is above the maximum of {MAX_CENTS} (1,000,000.00); check for an extra digit"
+        ));
     }
     if let Some((whole, frac)) = raw.split_once('.') {
         let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
@@ -538,22 +558,35 @@ pub fn parse_cents(raw: &str) -> Result<i64, String> {
     Err(format!("`{raw}` is not an amount; amounts are integer cents, like 1250 for 12.50"))
 }
 
-/// A date as the update accepts it: a Unix timestamp, an RFC 3339 date-time with its zone
-/// (normalised to UTC), or a `YYYY-MM-DD` day.
+/// A date as the update accepts it: a Unix timestamp in seconds, an RFC 3339 date-time with its
+/// zone (normalised to UTC), or a `YYYY-MM-DD` day, between [`MIN_DATE`] and [`MAX_DATE`].
 pub fn parse_date(raw: &str) -> Result<DateInput, String> {
+    let range = || format!("dates must fall between {MIN_DATE} and {MAX_DATE}");
+    let in_range = |d: NaiveDate| (MIN_DATE..=MAX_DATE).contains(&d);
     if let Ok(ts) = raw.parse::<i64>() {
-        // Seconds since 1970: nine digits or more for any date after 1973. A shorter number is
-        // more likely a year or a typo than a moment in 1970.
-        return if ts >= 100_000_000 && DateTime::<Utc>::from_timestamp(ts, 0).is_some() {
-            Ok(DateInput::Unix(ts))
-        } else {
-            Err(format!("`{raw}` is not a date: a Unix timestamp has at least 9 digits; or write YYYY-MM-DD"))
-        };
+        let day = |secs: i64| DateTime::<Utc>::from_timestamp(secs, 0).map(|t| t.date_naive());
+        if day(ts).is_some_and(in_range) {
+            return Ok(DateInput::Unix(ts));
+        }
+        if let Some(d) = day(ts / 1000).filter(|d| in_range(*d)) {
+            return Err(format!(
+                "`{raw}` looks like a timestamp in milliseconds ({d}); the service takes seconds: write {}",
+                ts / 1000
+            ));
+        }
+        return Err(format!("`{raw}` is not a date: {}; write YYYY-MM-DD or a Unix timestamp in seconds", range()));
     }
     if let Ok(t) = DateTime::parse_from_rfc3339(raw) {
-        return Ok(DateInput::Iso(t.with_timezone(&Utc).to_rfc3339_opts(SecondsFormat::AutoSi, true)));
+        let t = t.with_timezone(&Utc);
+        if !in_range(t.date_naive()) {
+            return Err(format!("`{raw}` is out of range: {}", range()));
+        }
+        return Ok(DateInput::Iso(t.to_rfc3339_opts(SecondsFormat::AutoSi, true)));
     }
     if let Ok(d) = NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
+        if !in_range(d) {
+            return Err(format!("`{raw}` is out of range: {}", range()));
+        }
         return Ok(DateInput::Iso(d.format("%Y-%m-%d").to_string()));
     }
     if chrono::NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M:%S").is_ok() {
@@ -694,7 +727,19 @@ mod tests {
         assert_eq!(parse_date("1735689600").unwrap(), DateInput::Unix(1_735_689_600));
         assert!(parse_date("2025-01-03T10:00:00").unwrap_err().contains("no time zone"));
         assert!(parse_date("03/01/2025").is_err());
-        assert!(parse_date("2025").unwrap_err().contains("at least 9 digits"), "a year is not a timestamp");
+        assert!(
+            parse_date("2025").unwrap_err().contains("between 2000-01-01 and 2099-12-31"),
+            "a year is not a timestamp"
+        );
+        // Regression: a millisecond timestamp was sent as the year 56,970.
+        let e = parse_date("1735689600000").unwrap_err();
+        assert!(e.contains("milliseconds (2025-01-01)") && e.contains("write 1735689600"), "{e}");
+        assert!(parse_date("1999-12-31").unwrap_err().contains("out of range"));
+        assert!(parse_date("2100-01-01T00:00:00Z").unwrap_err().contains("out of range"));
+        assert!(parse_date("99999999999999999999").is_err());
+        assert_eq!(parse_cents(&MAX_CENTS.to_string()).unwrap(), MAX_CENTS);
+        assert!(parse_cents("100000001").unwrap_err().contains("above the maximum"));
+        assert!(parse_cents("99999999999999999999999").unwrap_err().contains("above the maximum"));
         assert_eq!(parse_cents("0").unwrap(), 0);
         assert!(parse_cents("0.5").unwrap_err().contains("write 50 for 0.5"));
         assert!(parse_cents("12.345").unwrap_err().contains("like 1250"));

@@ -17,7 +17,8 @@
 //! carry the path and query, which never hold the key.
 
 use std::fmt;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -31,7 +32,8 @@ use super::error::{snippet, ApiError};
 use super::key::ApiKey;
 use super::metrics::{Metrics, MetricsSnapshot};
 use super::models::*;
-use super::pacing::{Pacer, PacingConfig, RequestClass};
+use super::pacing::{Pacer, PacingConfig, PacingMemory, RequestClass};
+use tokio::sync::watch;
 
 /// The real service's base URL (VENDOR_NOTES).
 pub const DEFAULT_BASE_URL: &str = "https://api.growi.io/api/public/v1";
@@ -86,9 +88,22 @@ pub struct ClientConfig {
     pub retry: RetryPolicy,
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
+    /// Largest response body read ([`MAX_BODY_BYTES`]).
+    pub max_body_bytes: usize,
+    /// A file that keeps the pacer's memory between processes ([`ClientConfig::pacing_memory_in`]).
+    pub pacing_memory: Option<PathBuf>,
 }
 
 impl ClientConfig {
+    /// Keeps the pacer's memory (latest request, latest payout mark, cap window) in `dir`, one
+    /// file per service and key, so that the next process on this key keeps the service's rules
+    /// from where this one stopped.
+    pub fn pacing_memory_in(mut self, dir: &Path) -> Self {
+        let id = super::key::fnv1a(format!("{}|{}", self.base_url, self.api_key.fingerprint()).as_bytes());
+        self.pacing_memory = Some(dir.join(format!("pacing-{id:08x}.json")));
+        self
+    }
+
     pub fn new(base_url: Url, api_key: ApiKey) -> Self {
         ClientConfig {
             base_url,
@@ -97,6 +112,8 @@ impl ClientConfig {
             retry: RetryPolicy::default(),
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(60),
+            max_body_bytes: MAX_BODY_BYTES,
+            pacing_memory: None,
         }
     }
 }
@@ -180,26 +197,69 @@ pub struct PayoutsQuery {
 /// What a payout mark achieved.
 #[derive(Clone, Debug)]
 pub enum MarkOutcome {
-    /// The payout is now paid externally.
-    Marked(Box<Fetched<MarkPayoutResponse>>),
+    /// The service answered 2xx: the payout is now paid externally.
+    Marked(Box<Written<MarkPayoutResponse>>),
     /// It already was: the service refused with "current status is paid_externally", which the
-    /// contract says to treat as a successful no-op.
-    AlreadyPaid { status: u16, message: String },
+    /// contract says to treat as a successful no-op. `resent` says an earlier attempt of this
+    /// request got no answer: then the earlier attempt is what marked it.
+    AlreadyPaid { status: u16, message: String, resent: bool },
 }
 
+/// The answer to a write (`PATCH`, `POST`) that the service accepted: any 2xx ends its retries,
+/// whatever its body, because the write took effect.
+#[derive(Clone, Debug)]
+pub struct Written<T> {
+    pub status: u16,
+    /// The decoded body; `None` when it was not the expected JSON or was cut short.
+    pub value: Option<T>,
+    /// Why the body could not be read or decoded, when it could not.
+    pub unreadable: Option<String>,
+    /// The body as received (possibly cut short).
+    pub raw: Bytes,
+    pub attempts: u32,
+    /// An earlier attempt got no answer (a lost connection or a 5xx): this answer is to a re-send.
+    pub resent: bool,
+}
+
+/// A write that the service did not accept, and whether it may have taken effect anyway.
+#[derive(Debug)]
+pub struct WriteError {
+    pub error: ApiError,
+    /// Some attempt's answer was lost (the connection failed or a 5xx came back): the service may
+    /// have applied the write before the failure.
+    pub in_doubt: bool,
+}
+
+/// Largest response body the client reads (16 MiB). The API's biggest answers, 100 applications
+/// or a 3,650-day statistics window, are well under 2 MiB.
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// Largest `row_count` the client believes (10 million applications): a larger one would have
+/// the crawl plan more pages than any organization has.
+pub const MAX_ROW_COUNT: u64 = 10_000_000;
+
 struct Inner {
+    /// Reads: follows redirects (cross-host ones drop the `Authorization` header).
     http: reqwest::Client,
+    /// Writes: never follows a redirect, so a write is sent only where it was addressed.
+    http_write: reqwest::Client,
     base: Url,
     auth: HeaderValue,
     pacer: Arc<Pacer>,
     retry: RetryPolicy,
     metrics: Metrics,
+    max_body: usize,
+    /// Where the pacer's memory is kept between processes, and a lock that orders its writes.
+    memory_file: Option<PathBuf>,
+    memory_lock: Mutex<()>,
 }
 
 /// The API client. Cheap to clone; clones share the connection pool, pacer and counters.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// A stop request (Ctrl-C) that interrupts waiting for the pacer or a backoff.
+    stop: Option<watch::Receiver<bool>>,
 }
 
 impl fmt::Debug for Client {
@@ -216,8 +276,33 @@ impl fmt::Debug for Client {
 struct Failure {
     error: ApiError,
     retryable: bool,
-    /// Set for a 429: the pacer already blocks for this long, so no extra backoff is added.
+    /// Set for a 429, or a 5xx with `Retry-After`: the pacer already blocks for this long, so no
+    /// extra backoff is added.
     server_wait: Option<Duration>,
+}
+
+/// A 2xx answer, decoded when it could be.
+struct Accepted<T> {
+    fetched: Fetched<Option<T>>,
+    unreadable: Option<String>,
+}
+
+/// What the attempts of one request came to, and whether any of them lost its answer.
+struct Attempts<T> {
+    result: Result<Accepted<T>, ApiError>,
+    lost: bool,
+}
+
+/// Resolves when a stop (Ctrl-C, SIGTERM) is requested; never when the sender is gone.
+pub async fn stopped(mut rx: watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 impl Client {
@@ -230,15 +315,38 @@ impl Client {
         let mut auth = HeaderValue::from_str(&format!("Bearer {}", config.api_key.expose()))
             .map_err(|_| ApiError::Setup("the API key is not a valid header value".into()))?;
         auth.set_sensitive(true);
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .timeout(config.request_timeout)
+        let builder =
+            || reqwest::Client::builder().connect_timeout(config.connect_timeout).timeout(config.request_timeout);
+        let http = builder().build().map_err(|e| ApiError::Setup(e.to_string()))?;
+        let http_write = builder()
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| ApiError::Setup(e.to_string()))?;
         let pacer = Pacer::shared(base.as_str(), &config.api_key.fingerprint(), config.pacing.clone());
+        if let Some(memory) = config.pacing_memory.as_deref().and_then(read_memory) {
+            pacer.restore(&memory);
+        }
         Ok(Client {
-            inner: Arc::new(Inner { http, base, auth, pacer, retry: config.retry, metrics: Metrics::default() }),
+            inner: Arc::new(Inner {
+                http,
+                http_write,
+                base,
+                auth,
+                pacer,
+                retry: config.retry,
+                metrics: Metrics::default(),
+                max_body: config.max_body_bytes,
+                memory_file: config.pacing_memory,
+                memory_lock: Mutex::new(()),
+            }),
+            stop: None,
         })
+    }
+
+    /// This client, whose waits (for the pacer, between retries) end with
+    /// [`ApiError::Interrupted`] once `stop` is raised. A request already sent is not cut off.
+    pub fn with_stop(&self, stop: watch::Receiver<bool>) -> Client {
+        Client { inner: self.inner.clone(), stop: Some(stop) }
     }
 
     /// Counters of every request this client and its clones made.
@@ -254,7 +362,8 @@ impl Client {
         &self.inner.base
     }
 
-    /// `GET /campaign_applications`: one page of applications, newest first.
+    /// `GET /campaign_applications`: one page of applications, newest first. A `meta` whose
+    /// `page_count` disagrees with its `row_count` and page size is a protocol error.
     pub async fn list_applications(&self, q: &ApplicationsQuery) -> Result<Fetched<ApplicationsPage>, ApiError> {
         if q.page < 1 || q.per_page < 1 || q.per_page > MAX_APPLICATIONS_PER_PAGE {
             return Err(ApiError::InvalidRequest(format!(
@@ -267,7 +376,14 @@ impl Client {
         }
         query.push(("page".into(), q.page.to_string()));
         query.push(("per_page".into(), q.per_page.to_string()));
-        self.execute(Endpoint::ListApplications, Method::GET, "campaign_applications", query, None).await
+        let fetched: Fetched<ApplicationsPage> =
+            self.execute(Endpoint::ListApplications, Method::GET, "campaign_applications", query, None).await?;
+        if let Err(reason) = check_page(&fetched.value, q.per_page) {
+            let mut url = self.inner.base.join(&fetched.path).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+            url.query_pairs_mut().extend_pairs(fetched.query.iter());
+            return Err(ApiError::Protocol { url: url.to_string(), reason });
+        }
+        Ok(fetched)
     }
 
     /// `GET /stats/content_24h_data` for the days `start..=end` (dates sent as MM/DD/YYYY).
@@ -285,25 +401,24 @@ impl Client {
         self.execute(Endpoint::Content24h, Method::GET, "stats/content_24h_data", query, None).await
     }
 
-    /// `PATCH /affiliate_sales/{id}` with only the fields set in `update`.
-    pub async fn update_sale(&self, id: i64, update: &SaleUpdate) -> Result<Fetched<SaleEnvelope>, ApiError> {
-        let body = serde_json::to_vec(update).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    /// `PATCH /affiliate_sales/{id}` with only the fields set in `update`. Any 2xx ends it.
+    pub async fn update_sale(&self, id: i64, update: &SaleUpdate) -> Result<Written<SaleEnvelope>, WriteError> {
+        let body = serde_json::to_vec(update)
+            .map_err(|e| WriteError { error: ApiError::InvalidRequest(e.to_string()), in_doubt: false })?;
         let path = format!("affiliate_sales/{id}");
-        self.execute(Endpoint::UpdateSale, Method::PATCH, &path, vec![], Some(body)).await
+        self.execute_write(Endpoint::UpdateSale, Method::PATCH, &path, body).await
     }
 
     /// `POST /stats/mark_credit_payout`; "already paid externally" is a success.
-    pub async fn mark_credit_payout(&self, uuid: &str) -> Result<MarkOutcome, ApiError> {
+    pub async fn mark_credit_payout(&self, uuid: &str) -> Result<MarkOutcome, WriteError> {
         let body = serde_json::to_vec(&MarkPayoutRequest { creator_payout_uuid: uuid.to_owned() })
-            .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-        match self
-            .execute(Endpoint::MarkCreditPayout, Method::POST, "stats/mark_credit_payout", vec![], Some(body))
-            .await
-        {
-            Ok(f) => Ok(MarkOutcome::Marked(Box::new(f))),
-            Err(e) if is_already_paid(&e) => Ok(MarkOutcome::AlreadyPaid {
-                status: e.status().unwrap_or_default(),
-                message: e.server_message().unwrap_or_default().to_owned(),
+            .map_err(|e| WriteError { error: ApiError::InvalidRequest(e.to_string()), in_doubt: false })?;
+        match self.execute_write(Endpoint::MarkCreditPayout, Method::POST, "stats/mark_credit_payout", body).await {
+            Ok(w) => Ok(MarkOutcome::Marked(Box::new(w))),
+            Err(WriteError { error, in_doubt }) if is_already_paid(&error) => Ok(MarkOutcome::AlreadyPaid {
+                status: error.status().unwrap_or_default(),
+                message: error.server_message().unwrap_or_default().to_owned(),
+                resent: in_doubt,
             }),
             Err(e) => Err(e),
         }
@@ -332,7 +447,8 @@ impl Client {
         self.execute(Endpoint::ListCreatorPayouts, Method::GET, "stats/creator_payouts", query, None).await
     }
 
-    /// Sends one request with pacing and retries, and decodes the answer.
+    /// Sends a read with pacing and retries, and decodes the answer; a 2xx whose body is not the
+    /// expected JSON is retried.
     async fn execute<T: DeserializeOwned>(
         &self,
         endpoint: Endpoint,
@@ -341,8 +457,85 @@ impl Client {
         query: Vec<(String, String)>,
         body: Option<Vec<u8>>,
     ) -> Result<Fetched<T>, ApiError> {
+        let accepted = self.attempts::<T>(endpoint, method, path, query, body, false).await.result?;
+        let Fetched { value, raw, status, endpoint, path, query, received_at, attempts } = accepted.fetched;
+        match value {
+            Some(value) => Ok(Fetched { value, raw, status, endpoint, path, query, received_at, attempts }),
+            None => Err(ApiError::InvalidRequest("a read ended without a decoded answer".into())),
+        }
+    }
+
+    /// Sends a write with pacing and retries. The first 2xx ends it, decoded or not. An attempt
+    /// whose answer was lost (transport error, 5xx) makes the write *in doubt*; it is sent
+    /// again, which the API's writes allow: the same sale update leaves the same sale, and a
+    /// second payout mark is refused as "already paid". The caller reads the re-send's answer
+    /// knowing that ([`Written::resent`], [`WriteError::in_doubt`]).
+    async fn execute_write<T: DeserializeOwned>(
+        &self,
+        endpoint: Endpoint,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<Written<T>, WriteError> {
+        let Attempts { result, lost } = self.attempts::<T>(endpoint, method, path, vec![], Some(body), true).await;
+        match result {
+            Ok(Accepted { fetched, unreadable }) => Ok(Written {
+                status: fetched.status,
+                value: fetched.value,
+                unreadable,
+                raw: fetched.raw,
+                attempts: fetched.attempts,
+                resent: lost,
+            }),
+            Err(error) => Err(WriteError { error, in_doubt: lost }),
+        }
+    }
+
+    /// Waits for `wait` unless a stop is requested first.
+    async fn interruptible<F: std::future::Future>(&self, wait: F, url: &str) -> Result<F::Output, ApiError> {
+        match &self.stop {
+            None => Ok(wait.await),
+            Some(rx) => tokio::select! {
+                v = wait => Ok(v),
+                _ = stopped(rx.clone()) => Err(ApiError::Interrupted { url: url.to_owned() }),
+            },
+        }
+    }
+
+    /// Keeps the pacer's memory for the next process, before the request goes out (a process
+    /// killed right after sending still leaves it). Failing to keep it is logged, not fatal.
+    fn remember(&self) {
+        let Some(path) = &self.inner.memory_file else { return };
+        let _order = self.inner.memory_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let memory = self.inner.pacer.memory();
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+            std::fs::write(&tmp, serde_json::to_vec(&memory).unwrap_or_default())?;
+            std::fs::rename(&tmp, path)
+        };
+        if let Err(e) = write() {
+            tracing::warn!(path = %path.display(), error = %e, "cannot keep the pacing state for the next run");
+        }
+    }
+
+    /// The attempts of one request: pacing, sending, classifying and retrying.
+    async fn attempts<T: DeserializeOwned>(
+        &self,
+        endpoint: Endpoint,
+        method: Method,
+        path: &str,
+        query: Vec<(String, String)>,
+        body: Option<Vec<u8>>,
+        write: bool,
+    ) -> Attempts<T> {
         let inner = &*self.inner;
-        let mut url = inner.base.join(path).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+        let mut url = match inner.base.join(path) {
+            Ok(u) => u,
+            Err(e) => return Attempts { result: Err(ApiError::InvalidRequest(e.to_string())), lost: false },
+        };
         if !query.is_empty() {
             url.query_pairs_mut().extend_pairs(query.iter());
         }
@@ -352,12 +545,17 @@ impl Client {
         let started = Instant::now();
         let policy = &inner.retry;
         let mut attempt = 0u32;
+        let mut lost = false;
         loop {
             attempt += 1;
-            let dispatch = inner.pacer.acquire(endpoint.class()).await;
+            let dispatch = match self.interruptible(inner.pacer.acquire(endpoint.class()), &shown).await {
+                Ok(d) => d,
+                Err(e) => return Attempts { result: Err(e), lost },
+            };
             inner.metrics.paced(dispatch.waited);
+            self.remember();
             let sent_at = dispatch.at;
-            let outcome = self.send_once(&method, &url, body.as_deref()).await;
+            let outcome = self.send_once(&method, &url, body.as_deref(), write).await;
             let sent = body.as_ref().map_or(0, Vec::len);
             let failure = match outcome {
                 Err(e) => {
@@ -365,13 +563,14 @@ impl Client {
                     inner.metrics.response(endpoint.name(), None, sent, 0);
                     let reason = transport_reason(&e);
                     tracing::debug!(attempt, elapsed_ms = sent_at.elapsed().as_millis() as u64, %reason, "transport error");
+                    lost |= write;
                     Failure {
                         error: ApiError::Transport { url: shown.clone(), attempts: attempt, reason },
                         retryable: true,
                         server_wait: None,
                     }
                 }
-                Ok(Answer { status, headers, raw, headers_at }) => {
+                Ok(Answer { status, headers, raw, cut, headers_at }) => {
                     inner.pacer.answered(&dispatch, endpoint.name(), headers_at - dispatch.at);
                     inner.metrics.response(endpoint.name(), Some(status), sent, raw.len());
                     tracing::debug!(
@@ -381,49 +580,85 @@ impl Client {
                         elapsed_ms = sent_at.elapsed().as_millis() as u64,
                         "response"
                     );
-                    if (200..300).contains(&status) {
-                        match serde_json::from_slice::<T>(&raw) {
-                            Ok(value) => {
-                                return Ok(Fetched {
-                                    value,
-                                    raw,
-                                    status,
-                                    endpoint,
-                                    path: path.to_owned(),
-                                    query,
-                                    received_at: Utc::now(),
-                                    attempts: attempt,
-                                })
-                            }
-                            Err(e) => Failure {
-                                error: ApiError::Decode {
-                                    url: shown.clone(),
-                                    status,
-                                    attempts: attempt,
-                                    reason: e.to_string(),
-                                    snippet: snippet(&raw, 120),
-                                },
-                                retryable: true,
-                                server_wait: None,
-                            },
+                    if status == 429 {
+                        inner.pacer.refused(&dispatch);
+                    }
+                    let accepted = (200..300).contains(&status);
+                    match &cut {
+                        // A body cut short is a lost answer, unless it is a write's 2xx (the write
+                        // took effect): a read is asked again, and a refusal's garbled message
+                        // cannot be read, so a write is sent again too.
+                        Some(BodyCut::Interrupted(reason)) if !(write && accepted) => {
+                            lost |= write;
+                            let reason = format!("the {status} answer's body was cut short: {reason}");
+                            let error = ApiError::Transport { url: shown.clone(), attempts: attempt, reason };
+                            Failure { error, retryable: true, server_wait: None }
                         }
-                    } else {
-                        self.classify(&method, &shown, status, &headers, &raw, attempt)?
+                        Some(BodyCut::TooLarge) if !write => {
+                            let error = ApiError::TooLarge { url: shown, limit: inner.max_body };
+                            return Attempts { result: Err(error), lost };
+                        }
+                        _ if accepted => {
+                            let decoded = match &cut {
+                                Some(c) => Err(c.describe(inner.max_body)),
+                                None => serde_json::from_slice::<T>(&raw).map_err(|e| e.to_string()),
+                            };
+                            let accepted = |value: Option<T>, unreadable: Option<String>, raw: Bytes| Attempts {
+                                result: Ok(Accepted {
+                                    fetched: Fetched {
+                                        value,
+                                        raw,
+                                        status,
+                                        endpoint,
+                                        path: path.to_owned(),
+                                        query: query.clone(),
+                                        received_at: Utc::now(),
+                                        attempts: attempt,
+                                    },
+                                    unreadable,
+                                }),
+                                lost,
+                            };
+                            match decoded {
+                                Ok(value) => return accepted(Some(value), None, raw),
+                                // The write took effect: its answer only failed to arrive whole.
+                                Err(reason) if write => return accepted(None, Some(reason), raw),
+                                Err(reason) => Failure {
+                                    error: ApiError::Decode {
+                                        url: shown.clone(),
+                                        status,
+                                        attempts: attempt,
+                                        reason,
+                                        snippet: snippet(&raw, 120),
+                                    },
+                                    retryable: true,
+                                    server_wait: None,
+                                },
+                            }
+                        }
+                        _ => {
+                            lost |= write && status >= 500;
+                            match self.classify(&method, &shown, status, &headers, &raw, attempt) {
+                                Ok(f) => f,
+                                Err(e) => return Attempts { result: Err(e), lost },
+                            }
+                        }
                     }
                 }
             };
             if !failure.retryable || attempt >= policy.max_attempts {
-                return Err(failure.error);
+                return Attempts { result: Err(failure.error), lost };
             }
             let delay = if failure.server_wait.is_some() { Duration::ZERO } else { policy.backoff(attempt) };
             let resume_in = delay.max(failure.server_wait.unwrap_or_default());
             if started.elapsed() + resume_in > policy.deadline {
-                return Err(ApiError::Deadline {
+                let error = ApiError::Deadline {
                     url: shown,
                     attempts: attempt,
                     deadline_s: policy.deadline.as_secs(),
                     last: failure.error.to_string(),
-                });
+                };
+                return Attempts { result: Err(error), lost };
             }
             tracing::warn!(
                 endpoint = endpoint.name(),
@@ -433,7 +668,9 @@ impl Client {
                 "retrying"
             );
             inner.metrics.retry(delay);
-            tokio::time::sleep(delay).await;
+            if let Err(e) = self.interruptible(tokio::time::sleep(delay), &shown).await {
+                return Attempts { result: Err(e), lost };
+            }
         }
     }
 
@@ -479,19 +716,46 @@ impl Client {
                     server_wait: Some(wait),
                 })
             }
-            s if s >= 500 => Ok(Failure {
-                error: ApiError::Server { url, status, attempts: attempt, message },
-                retryable: true,
-                server_wait: None,
+            s if s >= 500 => {
+                // A 503 (or any 5xx) that says when to come back is honoured like a 429.
+                let server_wait = server_wait_hint(headers, &body, Utc::now()).map(|w| w + WAIT_MARGIN);
+                if let Some(wait) = server_wait {
+                    self.inner.pacer.block_for(wait);
+                }
+                Ok(Failure {
+                    error: ApiError::Server { url, status, attempts: attempt, message },
+                    retryable: true,
+                    server_wait,
+                })
+            }
+            300..=399 => Err(ApiError::Redirected {
+                method: method.to_string(),
+                url,
+                status,
+                location: headers
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("nowhere")
+                    .chars()
+                    .take(200)
+                    .collect(),
             }),
             _ => Err(ApiError::Rejected { url, status, message }),
         }
     }
 
-    async fn send_once(&self, method: &Method, url: &Url, body: Option<&[u8]>) -> Result<Answer, reqwest::Error> {
+    /// One attempt. `Err` when no answer (status line) arrived; a body cut short after the status
+    /// is an [`Answer`] with [`Answer::cut`] set.
+    async fn send_once(
+        &self,
+        method: &Method,
+        url: &Url,
+        body: Option<&[u8]>,
+        write: bool,
+    ) -> Result<Answer, reqwest::Error> {
         let inner = &*self.inner;
-        let mut req = inner
-            .http
+        let http = if write { &inner.http_write } else { &inner.http };
+        let mut req = http
             .request(method.clone(), url.clone())
             .header(AUTHORIZATION, inner.auth.clone())
             .header(ACCEPT, "application/json")
@@ -501,12 +765,33 @@ impl Client {
         if let Some(b) = body {
             req = req.body(b.to_vec());
         }
-        let resp = req.send().await?;
+        let mut resp = req.send().await?;
         let headers_at = Instant::now();
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let raw = resp.bytes().await?;
-        Ok(Answer { status, headers, raw, headers_at })
+        let limit = inner.max_body;
+        let mut raw = bytes::BytesMut::new();
+        let mut cut = None;
+        if resp.content_length().is_some_and(|n| n > limit as u64) {
+            cut = Some(BodyCut::TooLarge);
+        } else {
+            loop {
+                match resp.chunk().await {
+                    Ok(Some(chunk)) if raw.len() + chunk.len() > limit => {
+                        raw.extend_from_slice(&chunk[..limit - raw.len()]);
+                        cut = Some(BodyCut::TooLarge);
+                        break;
+                    }
+                    Ok(Some(chunk)) => raw.extend_from_slice(&chunk),
+                    Ok(None) => break,
+                    Err(e) => {
+                        cut = Some(BodyCut::Interrupted(transport_reason(&e)));
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(Answer { status, headers, raw: raw.freeze(), cut, headers_at })
     }
 }
 
@@ -515,7 +800,63 @@ struct Answer {
     status: u16,
     headers: HeaderMap,
     raw: Bytes,
+    /// Why the body is not whole, when it is not.
+    cut: Option<BodyCut>,
     headers_at: Instant,
+}
+
+/// Why an answer's body is incomplete.
+enum BodyCut {
+    /// The connection failed after the status line.
+    Interrupted(String),
+    /// It is larger than the client reads.
+    TooLarge,
+}
+
+impl BodyCut {
+    fn describe(&self, limit: usize) -> String {
+        match self {
+            BodyCut::Interrupted(reason) => format!("the body was cut short: {reason}"),
+            BodyCut::TooLarge => format!("the body is larger than the {limit}-byte limit"),
+        }
+    }
+}
+
+/// Checks a page's `meta` against itself and the request: the page count must follow from the
+/// row count and the page size, and the page must not hold more rows than its size.
+fn check_page(page: &ApplicationsPage, asked_per_page: u32) -> Result<(), String> {
+    let m = &page.meta;
+    let per_page = m.per_page.unwrap_or(u64::from(asked_per_page));
+    if per_page == 0 || per_page > u64::from(MAX_APPLICATIONS_PER_PAGE) {
+        return Err(format!("`per_page` {per_page} is outside 1..={MAX_APPLICATIONS_PER_PAGE}"));
+    }
+    if m.row_count > MAX_ROW_COUNT {
+        return Err(format!("`row_count` {} is above the {MAX_ROW_COUNT} this client believes", m.row_count));
+    }
+    let expected = m.row_count.div_ceil(per_page);
+    // An empty list may be reported as one empty page.
+    if m.page_count != expected && !(m.row_count == 0 && m.page_count == 1) {
+        return Err(format!(
+            "`page_count` {} disagrees with `row_count` {} at `per_page` {per_page} (expected {expected})",
+            m.page_count, m.row_count
+        ));
+    }
+    if page.data.len() as u64 > per_page {
+        return Err(format!("the page holds {} rows, more than `per_page` {per_page}", page.data.len()));
+    }
+    Ok(())
+}
+
+/// Reads a pacer memory file; a missing or unreadable one is no memory.
+fn read_memory(path: &Path) -> Option<PacingMemory> {
+    let bytes = std::fs::read(path).ok()?;
+    match serde_json::from_slice(&bytes) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable pacing state file");
+            None
+        }
+    }
 }
 
 fn is_already_paid(e: &ApiError) -> bool {
@@ -541,10 +882,13 @@ fn transport_reason(e: &reqwest::Error) -> String {
     parts.join(": ")
 }
 
-/// How long a 429 asks us to wait: the longest of the `Retry-After` header (seconds or an HTTP
-/// date), the body's `retry_after` and `reset_time`, or 2 s when it says nothing. A small margin
-/// covers the servers' whole-second rounding, so a retry is never sooner than allowed.
-pub fn rate_limit_wait(headers: &HeaderMap, body: &ErrorBody, now: DateTime<Utc>) -> Duration {
+/// Added to a wait the server asked for: servers round to whole seconds, so a retry is never
+/// sooner than allowed.
+const WAIT_MARGIN: Duration = Duration::from_millis(50);
+
+/// How long the server asked us to wait, if it said: the longest of the `Retry-After` header
+/// (seconds or an HTTP date), the body's `retry_after` and `reset_time`, at most a day.
+fn server_wait_hint(headers: &HeaderMap, body: &ErrorBody, now: DateTime<Utc>) -> Option<Duration> {
     let mut secs: Option<f64> = None;
     let mut take = |s: f64| {
         if s.is_finite() && s >= 0.0 {
@@ -565,8 +909,13 @@ pub fn rate_limit_wait(headers: &HeaderMap, body: &ErrorBody, now: DateTime<Utc>
     if let Some(t) = body.reset_time.as_deref().and_then(|t| DateTime::parse_from_rfc3339(t).ok()) {
         take((t.with_timezone(&Utc) - now).num_milliseconds() as f64 / 1000.0);
     }
-    let secs = secs.unwrap_or(2.0).min(24.0 * 3600.0);
-    Duration::from_secs_f64(secs) + Duration::from_millis(50)
+    secs.map(|s| Duration::from_secs_f64(s.min(24.0 * 3600.0)))
+}
+
+/// How long a 429 asks us to wait: what the server said ([`server_wait_hint`]), or 2 s when it
+/// said nothing, plus a small margin.
+pub fn rate_limit_wait(headers: &HeaderMap, body: &ErrorBody, now: DateTime<Utc>) -> Duration {
+    server_wait_hint(headers, body, now).unwrap_or(Duration::from_secs(2)) + WAIT_MARGIN
 }
 
 #[cfg(test)]

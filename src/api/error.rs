@@ -26,6 +26,14 @@ pub enum ApiError {
     Decode { url: String, status: u16, attempts: u32, reason: String, snippet: String },
     #[error("gave up on `{url}` after {attempts} attempts: the {deadline_s} s deadline would pass before the next try; last error: {last}")]
     Deadline { url: String, attempts: u32, deadline_s: u64, last: String },
+    #[error("response from `{url}` is larger than the {limit}-byte limit; this is not an answer of the documented API: check `--base-url`")]
+    TooLarge { url: String, limit: usize },
+    #[error("response from `{url}` breaks the API contract: {reason}")]
+    Protocol { url: String, reason: String },
+    #[error("the service answered {status} (redirect to `{location}`) for `{method} {url}`; writes never follow redirects: check `--base-url`")]
+    Redirected { method: String, url: String, status: u16, location: String },
+    #[error("interrupted before the request to `{url}` was sent")]
+    Interrupted { url: String },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error("cannot build the HTTP client: {0}")]
@@ -41,9 +49,10 @@ impl ApiError {
             ApiError::NotFound { .. } => Some(404),
             ApiError::Unprocessable { .. } => Some(422),
             ApiError::RateLimited { .. } => Some(429),
-            ApiError::Rejected { status, .. } | ApiError::Server { status, .. } | ApiError::Decode { status, .. } => {
-                Some(*status)
-            }
+            ApiError::Rejected { status, .. }
+            | ApiError::Server { status, .. }
+            | ApiError::Decode { status, .. }
+            | ApiError::Redirected { status, .. } => Some(*status),
             _ => None,
         }
     }

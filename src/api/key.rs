@@ -66,16 +66,22 @@ impl ApiKey {
         &self.0
     }
 
-    /// A short, non-reversible tag that tells keys apart in reports and pacing tables.
+    /// A short, non-reversible tag that tells keys apart in reports, pacing files and the
+    /// action journal.
     pub fn fingerprint(&self) -> String {
-        // FNV-1a: stable across runs and platforms, and 32 bits reveal nothing usable.
-        let mut h: u32 = 0x811c_9dc5;
-        for b in self.0.bytes() {
-            h ^= u32::from(b);
-            h = h.wrapping_mul(0x0100_0193);
-        }
-        format!("key-{h:08x}")
+        // 32 bits of FNV-1a: stable across runs and platforms, and far too few to recover a key.
+        format!("key-{:08x}", fnv1a(self.0.as_bytes()))
     }
+}
+
+/// FNV-1a, 32 bits: a stable hash for names and tags (not for security).
+pub(crate) fn fnv1a(bytes: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in bytes {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
 }
 
 #[cfg(test)]

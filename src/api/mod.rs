@@ -11,10 +11,11 @@ pub mod models;
 pub mod pacing;
 
 pub use client::{
-    rate_limit_wait, ApplicationsQuery, Client, ClientConfig, Endpoint, Fetched, MarkOutcome, PayoutsQuery,
-    RetryPolicy, CONTENT_LIMIT_ALL, DEFAULT_BASE_URL, MAX_APPLICATIONS_PER_PAGE, MAX_PAYOUTS_PER_PAGE,
+    rate_limit_wait, stopped, ApplicationsQuery, Client, ClientConfig, Endpoint, Fetched, MarkOutcome, PayoutsQuery,
+    RetryPolicy, WriteError, Written, CONTENT_LIMIT_ALL, DEFAULT_BASE_URL, MAX_APPLICATIONS_PER_PAGE, MAX_BODY_BYTES,
+    MAX_PAYOUTS_PER_PAGE, MAX_ROW_COUNT,
 };
 pub use error::ApiError;
 pub use key::{ApiKey, KeyError, API_KEY_ENV};
 pub use metrics::{Metrics, MetricsSnapshot};
-pub use pacing::{PacingConfig, MARK_PAYOUT_MIN_INTERVAL};
+pub use pacing::{PacingConfig, PacingMemory, MARK_PAYOUT_MIN_INTERVAL};

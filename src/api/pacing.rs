@@ -108,6 +108,21 @@ struct State {
 pub struct Dispatch {
     pub at: Instant,
     pub waited: Duration,
+    /// The cap-window slot it took (see [`Pacer::refused`]).
+    slot: Option<Instant>,
+}
+
+/// The pacer's memory of the latest requests, in wall-clock milliseconds since the Unix epoch:
+/// what a later process needs to keep the per-key rules across a restart (see [`Pacer::restore`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PacingMemory {
+    /// When the latest request went out.
+    pub last_request_ms: Option<i64>,
+    /// When the latest payout mark went out.
+    pub last_mark_ms: Option<i64>,
+    /// The requests counted in the current cap window, oldest first.
+    #[serde(default)]
+    pub window_ms: Vec<i64>,
 }
 
 /// Why a slot was as late as it was; used only to explain long waits.
@@ -154,6 +169,13 @@ fn margin(interval: Duration) -> Duration {
     (interval / 50).clamp(Duration::from_millis(1), Duration::from_millis(25))
 }
 
+/// Removes one entry equal to `t` from the cap window.
+fn remove_one(window: &mut VecDeque<Instant>, t: Instant) {
+    if let Some(i) = window.iter().position(|w| *w == t) {
+        window.remove(i);
+    }
+}
+
 /// The API-wide spacing margin after `widened` spacing 429s.
 fn spacing_margin(interval: Duration, widened: u32) -> Duration {
     margin(interval) + interval / 50 * widened.min(MAX_WIDENINGS)
@@ -197,8 +219,19 @@ impl Pacer {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reserves the earliest slot that keeps every rule and records it.
-    fn reserve(&self, st: &mut State, now: Instant, class: RequestClass) -> (Instant, Reason) {
+    /// Reserves the earliest slot that keeps every rule and records it. `replacing` is a slot the
+    /// same request reserved before and gives up: it leaves the cap window, so a request that
+    /// reserves again (after a 429 blocked the key) still counts once.
+    fn reserve(
+        &self,
+        st: &mut State,
+        now: Instant,
+        class: RequestClass,
+        replacing: Option<Instant>,
+    ) -> (Instant, Reason) {
+        if let Some(old) = replacing {
+            remove_one(&mut st.window, old);
+        }
         let cfg = &self.config;
         let mut slot = now;
         let mut reason = Reason::None;
@@ -247,11 +280,14 @@ impl Pacer {
     /// Waits until a request of this class may go out, and says when it did.
     pub async fn acquire(&self, class: RequestClass) -> Dispatch {
         let started = Instant::now();
+        let counted = self.config.hourly_cap.is_some_and(|c| c > 0);
+        let mut reserved: Option<Instant> = None;
         loop {
             let (slot, reason) = {
                 let mut st = self.lock();
-                self.reserve(&mut st, Instant::now(), class)
+                self.reserve(&mut st, Instant::now(), class, reserved.take())
             };
+            reserved = counted.then_some(slot);
             let wait = slot.saturating_duration_since(Instant::now());
             if wait >= LONG_WAIT {
                 let resume = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
@@ -295,7 +331,7 @@ impl Pacer {
                     st.last_mark_dispatch = Some(now);
                     st.last_mark = Some(st.last_mark.map_or(now, |l| l.max(now)));
                 }
-                return Dispatch { at: now, waited: now.duration_since(started) };
+                return Dispatch { at: now, waited: now.duration_since(started), slot: reserved };
             }
         }
     }
@@ -348,6 +384,55 @@ impl Pacer {
         if st.last_dispatch == Some(dispatch.at) {
             st.extra = max_extra(self.config.min_interval);
             st.pending = false;
+        }
+    }
+
+    /// The service refused the request of `dispatch` with a 429: it did not count it, so it
+    /// leaves the cap window and takes no slot of the hourly budget (its retry takes its own).
+    pub fn refused(&self, dispatch: &Dispatch) {
+        if let Some(slot) = dispatch.slot {
+            remove_one(&mut self.lock().window, slot);
+        }
+    }
+
+    /// What a later process needs to keep spacing, mark spacing and the cap window from where
+    /// this one is: wall-clock times of the latest dispatches.
+    pub fn memory(&self) -> PacingMemory {
+        let st = self.lock();
+        let now = Instant::now();
+        let wall = Utc::now().timestamp_millis();
+        let ms = |t: Instant| wall - now.saturating_duration_since(t).as_millis() as i64;
+        PacingMemory {
+            last_request_ms: st.last_dispatch.map(ms),
+            last_mark_ms: st.last_mark_dispatch.map(ms),
+            window_ms: st.window.iter().filter(|t| **t <= now).map(|t| ms(*t)).collect(),
+        }
+    }
+
+    /// Starts from what an earlier process remembered ([`Pacer::memory`]), so that its last
+    /// request, its last payout mark and its cap window count for this one. Times in the future
+    /// (a clock that went back) count as now; times older than the rules care about are dropped.
+    pub fn restore(&self, memory: &PacingMemory) {
+        let now = Instant::now();
+        let wall = Utc::now().timestamp_millis();
+        let horizon = self.config.cap_window.max(self.config.min_interval).max(MARK_PAYOUT_MIN_INTERVAL);
+        let at = |ms: i64| {
+            let ago = Duration::from_millis(wall.saturating_sub(ms).max(0) as u64);
+            (ago <= horizon).then(|| now.checked_sub(ago).unwrap_or(now))
+        };
+        let mut st = self.lock();
+        let later = |mine: Option<Instant>, theirs: Option<Instant>| mine.max(theirs);
+        let last = memory.last_request_ms.and_then(at);
+        st.last_dispatch = later(st.last_dispatch, last);
+        st.last_start = later(st.last_start, last);
+        let mark = memory.last_mark_ms.and_then(at);
+        st.last_mark_dispatch = later(st.last_mark_dispatch, mark);
+        st.last_mark = later(st.last_mark, mark);
+        if self.config.hourly_cap.is_some_and(|c| c > 0) {
+            let mut window: Vec<Instant> = memory.window_ms.iter().filter_map(|ms| at(*ms)).collect();
+            window.extend(st.window.iter().copied());
+            window.sort();
+            st.window = window.into();
         }
     }
 
@@ -555,5 +640,64 @@ mod tests {
         p.block_for(Duration::from_secs(3));
         p.acquire(RequestClass::General).await;
         assert!(Instant::now() - t0 >= Duration::from_secs(3));
+    }
+
+    /// Regression: a request woken by a 429 that blocked the key while it waited reserved a
+    /// second slot of the cap window, spending the hourly budget on a request never sent.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_waits_out_a_429_takes_one_cap_slot() {
+        let p = Arc::new(Pacer::new(cfg(0, Some(2), 10_000)));
+        let first = p.acquire(RequestClass::General).await;
+        p.block_for(Duration::from_millis(100));
+        let waiter = {
+            let p = p.clone();
+            tokio::spawn(async move { p.acquire(RequestClass::General).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Another 429 while it waits: it wakes at 100 ms, finds the key blocked, reserves again.
+        p.block_for(Duration::from_millis(200));
+        let second = waiter.await.unwrap();
+        assert!(second.at - first.at < Duration::from_secs(1), "waited for the cap: {:?}", second.at - first.at);
+        assert_eq!(p.lock().window.len(), 2, "two requests sent, two slots");
+    }
+
+    /// A request the service refused with a 429 did not count at the service: its slot is freed.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_request_gives_its_cap_slot_back() {
+        let p = Pacer::new(cfg(0, Some(1), 10_000));
+        let first = p.acquire(RequestClass::General).await;
+        p.refused(&first);
+        let retry = p.acquire(RequestClass::General).await;
+        assert!(retry.at - first.at < Duration::from_secs(1), "{:?}", retry.at - first.at);
+        let third = p.acquire(RequestClass::General).await;
+        assert!(third.at - first.at >= Duration::from_secs(10), "the retry's slot counts");
+    }
+
+    /// What one process remembers, the next keeps: spacing, payout-mark spacing and the cap
+    /// window carry over, in wall-clock time.
+    #[tokio::test]
+    async fn a_restored_pacer_keeps_the_previous_process_rules() {
+        let before = Pacer::new(cfg(300, Some(2), 60_000));
+        before.acquire(RequestClass::MarkPayout).await;
+        let memory = before.memory();
+        assert!(memory.last_request_ms.is_some() && memory.last_mark_ms.is_some());
+        assert_eq!(memory.window_ms.len(), 1);
+        let json = serde_json::to_string(&memory).unwrap();
+        let after = Pacer::new(cfg(300, Some(2), 60_000));
+        after.restore(&serde_json::from_str(&json).unwrap());
+        let t0 = Instant::now();
+        after.acquire(RequestClass::MarkPayout).await;
+        assert!(t0.elapsed() >= Duration::from_millis(1900), "mark spacing kept: {:?}", t0.elapsed());
+        let t1 = Instant::now();
+        let waited = tokio::time::timeout(Duration::from_millis(600), after.acquire(RequestClass::General)).await;
+        assert!(waited.is_err(), "the cap of 2 counts the earlier process's request ({:?})", t1.elapsed());
+        // Memory from the future (a clock set back) counts as now, never as a wait of days.
+        let future =
+            PacingMemory { last_request_ms: Some(Utc::now().timestamp_millis() + 86_400_000), ..Default::default() };
+        let p = Pacer::new(cfg(100, None, 60_000));
+        p.restore(&future);
+        let t2 = Instant::now();
+        p.acquire(RequestClass::General).await;
+        assert!(t2.elapsed() < Duration::from_secs(1));
     }
 }

@@ -18,7 +18,7 @@ use axum::{Extension, Json, Router};
 use chrono::{DateTime, Duration as ChronoDuration, NaiveDate, TimeZone, Utc};
 use serde_json::Value;
 
-use super::state::{Caller, EmulatorState, Fault, RateRefusal, RequestRecord, WriteRecord};
+use super::state::{Caller, EmulatorState, Fault, LostKind, RateRefusal, RequestRecord, WriteRecord};
 use super::BASE_PATH;
 use crate::api::models::*;
 
@@ -103,7 +103,8 @@ async fn gate(State(st): State<Shared>, mut req: Request, next: Next) -> Respons
     if !st.latency.is_zero() {
         tokio::time::sleep(st.latency).await;
     }
-    let fault = st.roll_fault(route == "GET /stats/content_24h_data");
+    let is_write = req.method() != Method::GET;
+    let fault = st.roll_fault(route == "GET /stats/content_24h_data", is_write);
     let early = match fault {
         Some(Fault::ServerErrorHtml) => Some(
             (
@@ -113,7 +114,11 @@ async fn gate(State(st): State<Shared>, mut req: Request, next: Next) -> Respons
             )
                 .into_response(),
         ),
-        Some(Fault::Unavailable) => Some(error(StatusCode::SERVICE_UNAVAILABLE, "Service temporarily unavailable")),
+        Some(Fault::Unavailable) => {
+            let mut r = error(StatusCode::SERVICE_UNAVAILABLE, "Service temporarily unavailable");
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            Some(r)
+        }
         Some(Fault::TooManyRequests) => {
             let mut r = (
                 StatusCode::TOO_MANY_REQUESTS,
@@ -141,8 +146,30 @@ async fn gate(State(st): State<Shared>, mut req: Request, next: Next) -> Respons
     match fault {
         Some(Fault::ClosedMidBody) => cut_body(resp, true).await,
         Some(Fault::TruncatedJson) => cut_body(resp, false).await,
+        // The handler applied the write; now its answer is lost.
+        Some(Fault::LostAnswer) => match st.roll_lost_kind() {
+            LostKind::Dropped => drop_connection(),
+            LostKind::BadGateway => (
+                StatusCode::BAD_GATEWAY,
+                [(header::CONTENT_TYPE, "text/html")],
+                "<html><body><h1>502 Bad Gateway</h1></body></html>",
+            )
+                .into_response(),
+            LostKind::CutBody => cut_body(resp, true).await,
+        },
         _ => resp,
     }
+}
+
+/// A response that fails before anything is written: the server closes the connection without
+/// a status line, as when it dies or a proxy drops the connection. (hyper buffers the status
+/// line and polls the body before it flushes, so an error on the first poll sends nothing.)
+fn drop_connection() -> Response {
+    let stream = futures_util::stream::iter(vec![Err::<Bytes, std::io::Error>(std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        "emulated lost answer",
+    ))]);
+    Response::new(Body::from_stream(stream))
 }
 
 /// Answers with half the body: as a complete (but truncated) message, or by dropping the
@@ -154,11 +181,14 @@ async fn cut_body(resp: Response, abort: bool) -> Response {
     parts.headers.remove(header::CONTENT_LENGTH);
     if abort {
         parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        let stream = futures_util::stream::iter(vec![
-            Ok::<Bytes, std::io::Error>(half),
-            Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "emulated connection drop")),
-        ]);
-        return Response::from_parts(parts, Body::from_stream(stream));
+        // The server writes the status line and the half on a pause before the drop (hyper sends
+        // what it buffered when the body stalls); without the pause nothing would leave at all.
+        let half = futures_util::stream::once(async move { Ok::<Bytes, std::io::Error>(half) });
+        let drop = futures_util::stream::once(async {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "emulated connection drop"))
+        });
+        return Response::from_parts(parts, Body::from_stream(futures_util::StreamExt::chain(half, drop)));
     }
     parts.status = StatusCode::OK;
     Response::from_parts(parts, Body::from(half))
@@ -260,16 +290,15 @@ async fn content_24h(
     }
     let limit = match int_param(&q, "limit") {
         Ok(None) => 4,
-        Ok(Some(n)) if n >= 1 => n as usize,
+        // 10,000 is the documented "all data"; more is served as 10,000 days at most.
+        Ok(Some(n)) if n >= 1 => n.min(10_000) as usize,
         _ => return error(StatusCode::BAD_REQUEST, "limit must be a positive integer"),
     };
     let model = st.store().content.clone();
     let last_day = end.min(model.today);
-    let mut days: Vec<NaiveDate> = start.iter_days().take_while(|d| *d <= last_day).collect();
-    // `limit` keeps the most recent days.
-    if days.len() > limit {
-        days.drain(..days.len() - limit);
-    }
+    // `limit` keeps the most recent days; only those are walked, however long the range.
+    let first_day = last_day.checked_sub_days(chrono::Days::new(limit as u64 - 1)).map_or(start, |d| d.max(start));
+    let mut days: Vec<NaiveDate> = first_day.iter_days().take_while(|d| *d <= last_day).collect();
     if short.is_some() && days.len() > 1 {
         let keep = days.len() / 2;
         days.truncate(keep.max(1));
@@ -310,6 +339,10 @@ async fn content_24h(
     .into_response()
 }
 
+/// The largest amount the emulator accepts, in cents: far above any real sale, and small enough
+/// that the commission arithmetic cannot overflow.
+const MAX_CENTS: i64 = 1_000_000_000_000;
+
 /// A validated update, applied only when every field is valid.
 #[derive(Default)]
 struct ValidUpdate {
@@ -345,9 +378,9 @@ fn validate_update(body: &serde_json::Map<String, Value>) -> Result<ValidUpdate,
             None => Ok(None),
             Some(v) => v
                 .as_i64()
-                .filter(|n| *n >= 0)
+                .filter(|n| (0..=MAX_CENTS).contains(n))
                 .map(Some)
-                .ok_or_else(|| format!("{name} must be a non-negative integer amount in cents")),
+                .ok_or_else(|| format!("{name} must be an integer amount in cents between 0 and {MAX_CENTS}")),
         }
     };
     let text = |name: &str| -> Result<Option<Option<String>>, String> {
@@ -581,8 +614,8 @@ async fn list_creator_payouts(
         .collect();
     rows.sort_by(|a, b| b.deal_date.cmp(&a.deal_date).then(b.id.cmp(&a.id)));
     let row_count = rows.len() as u64;
-    let data =
-        rows.iter().skip(((page - 1) * per_page) as usize).take(per_page as usize).map(|p| p.to_model()).collect();
+    let skip = usize::try_from(page.saturating_sub(1).saturating_mul(per_page)).unwrap_or(usize::MAX);
+    let data = rows.iter().skip(skip).take(per_page as usize).map(|p| p.to_model()).collect();
     Json(PayoutsPage {
         success: true,
         data,

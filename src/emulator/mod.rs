@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 pub use data::{GenConfig, PayoutKind, StoredPayout, StoredSale, MAIN_ORG, OTHER_ORG};
 pub use http::app;
 pub use state::{
-    Caller, DriftEvent, EmulatorState, Fault, FaultConfig, Keys, RatePolicy, RequestRecord, Store, Violation,
+    Caller, DriftEvent, EmulatorState, Fault, FaultConfig, Keys, LostKind, RatePolicy, RequestRecord, Store, Violation,
     WriteRecord,
 };
 
@@ -59,7 +59,7 @@ impl EmulatorConfig {
             },
             keys: Keys::default(),
             rate: RatePolicy { min_interval: Duration::ZERO, hourly_cap: None, cap_window: Duration::from_secs(3600) },
-            faults: FaultConfig { rate: 0.0, slow: Duration::from_millis(1500), kinds: vec![] },
+            faults: FaultConfig { rate: 0.0, slow: Duration::from_millis(1500), kinds: vec![], lost: vec![] },
             latency: Duration::ZERO,
             drift: false,
             admin: false,

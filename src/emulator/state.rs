@@ -60,6 +60,8 @@ pub struct FaultConfig {
     pub slow: Duration,
     /// Restrict the dice to these kinds (tests force one kind); empty means all kinds.
     pub kinds: Vec<Fault>,
+    /// How a [`Fault::LostAnswer`] may lose the answer; empty means all three ways.
+    pub lost: Vec<LostKind>,
 }
 
 /// A fault the emulator injected.
@@ -80,6 +82,17 @@ pub enum Fault {
     TruncatedJson,
     /// Content statistics only: a valid answer with days missing.
     ShortSeries,
+    /// Writes only: the write is applied, then its answer is lost: the connection drops before
+    /// the status line, a proxy answers 502, or the 200's body is cut short.
+    LostAnswer,
+}
+
+/// How a [`Fault::LostAnswer`] loses the answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LostKind {
+    Dropped,
+    BadGateway,
+    CutBody,
 }
 
 /// One request as the emulator saw it.
@@ -213,7 +226,8 @@ impl Store {
     ) -> (Vec<Application>, u64) {
         let empty = vec![];
         let list = self.by_status.get(&(org, status.clone())).unwrap_or(&empty);
-        let skip = ((page - 1) * per_page) as usize;
+        // An absurd page number is past the end, never an overflow.
+        let skip = usize::try_from(page.saturating_sub(1).saturating_mul(per_page)).unwrap_or(usize::MAX);
         match campaign_id {
             None => {
                 let rows = list.iter().skip(skip).take(per_page as usize).map(|&i| self.apps[i as usize].1.clone());
@@ -306,6 +320,8 @@ pub struct EmulatorState {
     store: Mutex<Store>,
     rates: Mutex<HashMap<&'static str, KeyRate>>,
     fault_rng: Mutex<fastrand::Rng>,
+    /// Replaces `faults.rate` once set ([`EmulatorState::set_fault_rate`]).
+    fault_rate: Mutex<Option<f64>>,
     log: Mutex<Log>,
 }
 
@@ -344,6 +360,7 @@ impl EmulatorState {
             store: Mutex::new(Store::new(dataset, seed)),
             rates: Mutex::new(HashMap::new()),
             fault_rng: Mutex::new(fastrand::Rng::with_seed(data::mix(seed ^ 0xFA17))),
+            fault_rate: Mutex::new(None),
             log: Mutex::new(Log::default()),
         }
     }
@@ -423,13 +440,21 @@ impl EmulatorState {
         Ok(())
     }
 
+    /// Which way a lost answer is lost.
+    pub(crate) fn roll_lost_kind(&self) -> LostKind {
+        let all = [LostKind::Dropped, LostKind::BadGateway, LostKind::CutBody];
+        let kinds = if self.faults.lost.is_empty() { &all[..] } else { &self.faults.lost[..] };
+        kinds[lock(&self.fault_rng).usize(0..kinds.len())]
+    }
+
     /// Rolls the fault dice for one request.
-    pub(crate) fn roll_fault(&self, is_content: bool) -> Option<Fault> {
-        if self.faults.rate <= 0.0 {
+    pub(crate) fn roll_fault(&self, is_content: bool, is_write: bool) -> Option<Fault> {
+        let rate = lock(&self.fault_rate).unwrap_or(self.faults.rate);
+        if rate <= 0.0 {
             return None;
         }
         let mut rng = lock(&self.fault_rng);
-        if rng.f64() >= self.faults.rate {
+        if rng.f64() >= rate {
             return None;
         }
         let kinds: &[Fault] = if is_content {
@@ -452,8 +477,12 @@ impl EmulatorState {
                 Fault::TruncatedJson,
             ]
         };
+        let mut kinds = kinds.to_vec();
+        if is_write {
+            kinds.push(Fault::LostAnswer);
+        }
         let kinds: Vec<Fault> = if self.faults.kinds.is_empty() {
-            kinds.to_vec()
+            kinds
         } else {
             kinds.iter().copied().filter(|k| self.faults.kinds.contains(k)).collect()
         };
@@ -461,6 +490,11 @@ impl EmulatorState {
             return None;
         }
         Some(kinds[rng.usize(0..kinds.len())])
+    }
+
+    /// Changes the fault rate while serving, as a service recovers or degrades (a test knob).
+    pub fn set_fault_rate(&self, rate: f64) {
+        *lock(&self.fault_rate) = Some(rate);
     }
 
     pub(crate) fn drift_step(&self, store: &mut Store) {

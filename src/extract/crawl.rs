@@ -27,17 +27,7 @@ pub struct Crawl<'a> {
     pub progress: &'a Progress,
 }
 
-/// Resolves when a stop (Ctrl-C, SIGTERM) is requested; never when the sender is gone.
-pub async fn stopped(mut rx: watch::Receiver<bool>) {
-    loop {
-        if *rx.borrow_and_update() {
-            return;
-        }
-        if rx.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
+pub use crate::api::stopped;
 
 /// How one status's crawl ended.
 #[derive(Clone, Debug)]

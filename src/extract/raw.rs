@@ -8,7 +8,9 @@
 //! Each invocation of a run writes its own segment, `part-NNNN.jsonl.gz`. While written it is
 //! named `part-NNNN.jsonl.gz.partial` and sync-flushed after every record, so a killed process
 //! leaves every record it reported as landed readable. The next invocation recovers a leftover
-//! partial segment into a complete one before it starts. Readers accept a truncated tail.
+//! partial segment into a complete one before it starts. Readers accept a truncated tail in a
+//! partial segment only: a finished segment was synced whole, so a bad record in it is
+//! corruption, reported with the file and line, never skipped.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -95,23 +97,34 @@ impl RawWriter {
     }
 }
 
-/// Reads every record of a gzip JSON-lines file, stopping quietly at a truncated tail.
-fn read_segment(path: &Path) -> Result<Vec<RawRecord>, OutError> {
+/// Reads every record of a gzip JSON-lines file. In a partial segment (`finished` false) it
+/// stops quietly at a truncated tail, where the writer was killed; in a finished one, any bad
+/// record is an error naming the file and line.
+fn read_segment(path: &Path, finished: bool) -> Result<Vec<RawRecord>, OutError> {
     let file = File::open(path).map_err(io_err("open", path))?;
     let mut out = vec![];
     let mut reader = BufReader::new(MultiGzDecoder::new(file));
     let mut line = String::new();
-    loop {
+    let corrupt = |n: usize, reason: String| OutError::Corrupt { path: path.display().to_string(), line: n, reason };
+    for n in 1.. {
         line.clear();
-        match reader.read_line(&mut line) {
+        let problem = match reader.read_line(&mut line) {
             Ok(0) => break,
             Ok(_) if line.ends_with('\n') => match serde_json::from_str::<RawRecord>(&line) {
-                Ok(r) => out.push(r),
-                Err(_) => break,
+                Ok(r) => {
+                    out.push(r);
+                    continue;
+                }
+                Err(e) => format!("not a landed record: {e}"),
             },
-            // A line without its newline, or a decoding error: the writer was killed there.
-            Ok(_) | Err(_) => break,
+            Ok(_) => "the last line has no end".to_owned(),
+            Err(e) => format!("cannot decompress: {e}"),
+        };
+        if finished {
+            return Err(corrupt(n, problem));
         }
+        // A partial segment: the writer was killed here.
+        break;
     }
     Ok(out)
 }
@@ -129,7 +142,7 @@ pub fn recover_partials(dir: &Path) -> Result<u64, OutError> {
         let Some(final_name) = name.strip_suffix(".partial") else {
             continue;
         };
-        let records = read_segment(&path)?;
+        let records = read_segment(&path, false)?;
         let final_path = dir.join(final_name);
         let tmp = dir.join(format!("{final_name}.recovering"));
         {
@@ -163,7 +176,8 @@ pub fn read_run(dir: &Path) -> Result<Vec<RawRecord>, OutError> {
     paths.sort();
     let mut all = vec![];
     for p in paths {
-        all.extend(read_segment(&p)?);
+        let finished = p.extension().is_some_and(|e| e == "gz");
+        all.extend(read_segment(&p, finished)?);
     }
     all.sort_by_key(|r| r.seq);
     all.dedup_by_key(|r| r.seq);
@@ -216,5 +230,25 @@ mod tests {
             r.received_at = all[0].received_at;
             r
         });
+    }
+
+    /// Regression: a bad record inside a finished segment was read as a "truncated tail", and the
+    /// records after it were silently dropped.
+    #[test]
+    fn a_corrupt_record_in_a_finished_segment_names_the_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("part-0001.jsonl.gz");
+        let mut enc = GzEncoder::new(File::create(&path).unwrap(), Compression::fast());
+        for line in
+            [serde_json::to_string(&rec(1)).unwrap(), "{not json".into(), serde_json::to_string(&rec(3)).unwrap()]
+        {
+            enc.write_all(format!("{line}\n").as_bytes()).unwrap();
+        }
+        enc.finish().unwrap();
+        let err = read_run(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("part-0001.jsonl.gz") && err.contains("corrupt at line 2"), "{err}");
+        // The same bytes in a partial segment are a killed writer's tail: the first record counts.
+        fs::rename(&path, dir.path().join("part-0001.jsonl.gz.partial")).unwrap();
+        assert_eq!(read_run(dir.path()).unwrap().len(), 1);
     }
 }

@@ -13,7 +13,12 @@
 //!    reader never sees a partial table. An export a crash interrupted is redone by the next load
 //!    (`runs.parquet_exported`), so Parquet and DuckDB converge.
 //!
-//! Loading the same run twice leaves every table as it was.
+//! 5. The warehouse is published to readers as a snapshot (see [`warehouse`]: one writer, many
+//!    readers).
+//!
+//! Loading the same run twice leaves every table as it was. A run whose landing holds fewer
+//! applications or days than its extract reported is refused, so a damaged landing never
+//! replaces good tables.
 
 pub mod warehouse;
 
@@ -47,6 +52,12 @@ pub enum LoadError {
     Parquet { path: String, message: String },
     #[error("data-quality checks failed under `--strict`: {0}")]
     Strict(String),
+    #[error("the warehouse `{path}` is held by another process ({holder}); close it (readers use the snapshot `warehouse.duckdb`), then rerun")]
+    Locked { path: String, holder: String },
+    #[error("data quality: {0}")]
+    Quality(String),
+    #[error("refusing to load run `{run_id}`: its landing holds {found} {what}, but its extract reported {reported}; the raw files under `raw/{run_id}/` are incomplete, so the warehouse keeps its previous data. Run `creator-etl extract --fresh` (or `run`) to fetch it again")]
+    Shrunk { run_id: String, what: &'static str, found: u64, reported: u64 },
     #[error(transparent)]
     Transform(#[from] TransformError),
     #[error(transparent)]
@@ -61,6 +72,9 @@ impl LoadError {
     }
 }
 
+/// How long a replaced Parquet version stays for readers, by default (`--parquet-grace-s`).
+pub const DEFAULT_PARQUET_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// A validated load request.
 #[derive(Clone, Debug)]
 pub struct LoadConfig {
@@ -68,6 +82,8 @@ pub struct LoadConfig {
     pub cohort_edges: Vec<i64>,
     /// Fail the load when a data-quality check finds a problem.
     pub strict: bool,
+    /// How long a Parquet version stays after it stops being current.
+    pub parquet_grace: std::time::Duration,
 }
 
 /// Data-quality findings of a load; fatal only with `--strict`.
@@ -140,7 +156,9 @@ fn check_quality(
         for metric in [crate::extract::Metric::Views, crate::extract::Metric::Likes] {
             let pts: Vec<&ContentRow> =
                 new.iter().filter(|r| r.metric == metric && r.date >= *start && r.date <= *end).collect();
-            let (sum, last_sum): (i64, i64) = pts.iter().fold((0, 0), |(a, b), r| (a + r.current, b + r.last));
+            // `check_sums` ran first, so these sums cannot overflow; saturating keeps that local.
+            let (sum, last_sum): (i64, i64) =
+                pts.iter().fold((0, 0), |(a, b), r| (a.saturating_add(r.current), b.saturating_add(r.last)));
             if pts.iter().any(|r| r.total != sum || r.last_total != last_sum) {
                 q.total_mismatches += 1;
             }
@@ -168,8 +186,16 @@ fn stage(frames: &mut transform::Frames, dir: &Path) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// Exports every table to `OUT/parquet/<table>/`, each switched into place atomically.
-pub fn export_parquet(conn: &duckdb::Connection, out: &OutDir, run_id: &str) -> Result<(), LoadError> {
+/// Exports every table to `OUT/parquet/<table>/`, each switched into place atomically. A version
+/// that stops being current is kept for `grace` after that (its directory's modification time
+/// marks the moment), so a reader that listed its files just before the switch can still open
+/// them; the first export after the grace period removes it.
+pub fn export_parquet(
+    conn: &duckdb::Connection,
+    out: &OutDir,
+    run_id: &str,
+    grace: std::time::Duration,
+) -> Result<(), LoadError> {
     let root = out.root().join("parquet");
     std::fs::create_dir_all(&root).map_err(io_err("create", &root))?;
     for (i, table) in warehouse::exported_tables().into_iter().enumerate() {
@@ -204,19 +230,26 @@ pub fn export_parquet(conn: &duckdb::Connection, out: &OutDir, run_id: &str) -> 
         }
         std::fs::rename(&tmp_link, &link).map_err(io_err("switch", &link))?;
         if let Some(old) = old {
-            let _ = std::fs::remove_dir_all(root.join(old));
+            // Retired now: the grace period starts.
+            let _ = std::fs::File::open(root.join(old)).and_then(|d| d.set_modified(std::time::SystemTime::now()));
         }
         if i == 0 {
             crate::out::crash_point("export-after-first-table");
         }
     }
-    // Versions left by an interrupted export are no longer referenced.
+    // Retired versions past their grace period, and versions an interrupted export left unlinked
+    // (no reader ever saw them, but they age the same way, which is simpler and safe).
     if let Ok(entries) = std::fs::read_dir(&root) {
         let live: Vec<PathBuf> =
             warehouse::exported_tables().iter().filter_map(|t| std::fs::read_link(root.join(t)).ok()).collect();
         for e in entries.flatten() {
             let name = e.file_name();
-            if name.to_string_lossy().starts_with('.') && !live.iter().any(|l| l.as_os_str() == name) {
+            let hidden = name.to_string_lossy().starts_with('.');
+            if !hidden || live.iter().any(|l| l.as_os_str() == name) {
+                continue;
+            }
+            let age = e.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+            if e.path().is_symlink() || age.is_none_or(|a| a >= grace) {
                 let _ = std::fs::remove_dir_all(e.path());
                 let _ = std::fs::remove_file(e.path());
             }
@@ -228,7 +261,11 @@ pub fn export_parquet(conn: &duckdb::Connection, out: &OutDir, run_id: &str) -> 
 }
 
 /// Redoes the Parquet export of the last loaded run if a crash interrupted it.
-pub fn finish_interrupted_export(conn: &duckdb::Connection, out: &OutDir) -> Result<(), LoadError> {
+pub fn finish_interrupted_export(
+    conn: &duckdb::Connection,
+    out: &OutDir,
+    grace: std::time::Duration,
+) -> Result<(), LoadError> {
     let pending: Option<String> = conn
         .query_row("SELECT run_id FROM runs WHERE NOT parquet_exported ORDER BY finished_at DESC LIMIT 1", [], |r| {
             r.get(0)
@@ -236,7 +273,7 @@ pub fn finish_interrupted_export(conn: &duckdb::Connection, out: &OutDir) -> Res
         .ok();
     if let Some(run_id) = pending {
         tracing::warn!(run_id = %run_id, "the last load's Parquet export was interrupted; exporting again");
-        export_parquet(conn, out, &run_id)?;
+        export_parquet(conn, out, &run_id, grace)?;
         conn.execute("UPDATE runs SET parquet_exported = true", [])
             .map_err(|e| LoadError::db("record the export", e))?;
     }
@@ -264,11 +301,33 @@ pub fn latest_complete_run(out: &OutDir) -> Result<String, LoadError> {
     runs.pop().map(|(_, id)| id).ok_or_else(|| LoadError::NoRuns(out.raw_root().display().to_string()))
 }
 
+/// Removes what killed loads left: staging directories and half-copied snapshots. The caller
+/// holds the lock, so no other load is using them.
+fn clean_leftovers(out: &OutDir) {
+    let staging = out.root().join(".staging");
+    if staging.exists() {
+        if let Err(e) = std::fs::remove_dir_all(&staging) {
+            tracing::warn!(path = %staging.display(), error = %e, "cannot remove leftover staging files");
+        }
+    }
+    warehouse::clean_publish_leftovers(out);
+}
+
 /// Loads a raw run into the warehouse and the Parquet tree. The caller holds the lock.
 pub fn run(config: &LoadConfig, run_id: &str, extract_report: Option<&ExtractReport>) -> Result<LoadReport, LoadError> {
     let extracted = read_extracted(&config.out, run_id)?;
     if !extracted.complete {
         return Err(LoadError::Incomplete(run_id.to_owned()));
+    }
+    if let Some(report) = extract_report {
+        let days = extracted.content.iter().filter(|r| r.metric == crate::extract::Metric::Views).count() as u64;
+        let found = [
+            ("applications", extracted.applications.len() as u64, report.applications_total),
+            ("days of content", days, report.content.days),
+        ];
+        if let Some((what, found, reported)) = found.into_iter().find(|(_, f, r)| f < r) {
+            return Err(LoadError::Shrunk { run_id: run_id.to_owned(), what, found, reported });
+        }
     }
     load_extracted(config, extracted, extract_report)
 }
@@ -291,9 +350,9 @@ pub fn load_extracted(
             t = Instant::now();
         }
     };
-    let db_path = config.out.root().join("warehouse.duckdb");
-    let conn = warehouse::open(&db_path)?;
-    finish_interrupted_export(&conn, &config.out)?;
+    let conn = warehouse::open_writer(&config.out)?;
+    clean_leftovers(&config.out);
+    finish_interrupted_export(&conn, &config.out, config.parquet_grace)?;
     let merged_content = merge_content(warehouse::content(&conn)?, &content);
     if let Some(keep) = out_of_scope(&spec.statuses, spec.campaign_id) {
         let ids: std::collections::HashSet<i64> = apps.iter().map(|o| o.app.id).collect();
@@ -301,6 +360,7 @@ pub fn load_extracted(
     }
     apps.sort_by_key(|o| o.app.id);
     lap("read_state", &mut stages_ms);
+    transform::check_sums(&apps, &merged_content).map_err(LoadError::Quality)?;
     let windows = crate::extract::landing::windows(spec.from, spec.to, spec.window_days);
     let mut quality = check_quality(&merged_content, &content, &windows);
     quality.duplicate_keys = apps.windows(2).filter(|w| w[0].app.id == w[1].app.id).count() as u64;
@@ -347,15 +407,18 @@ pub fn load_extracted(
     };
     lap("transaction", &mut stages_ms);
     let _ = std::fs::remove_dir_all(&staging);
-    export_parquet(&conn, &config.out, run_id)?;
+    let _ = staging.parent().map(std::fs::remove_dir);
+    export_parquet(&conn, &config.out, run_id, config.parquet_grace)?;
     lap("export", &mut stages_ms);
+    warehouse::publish(conn, &config.out)?;
+    lap("publish", &mut stages_ms);
     stages_ms.insert("total".to_owned(), started.elapsed().as_millis() as u64);
     for f in &quality.findings {
         tracing::warn!(finding = %f, "data quality");
     }
     Ok(LoadReport {
         run_id: run_id.to_owned(),
-        warehouse: db_path,
+        warehouse: warehouse::published_path(&config.out),
         parquet_dir: config.out.root().join("parquet"),
         rows,
         quality,

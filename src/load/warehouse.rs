@@ -1,7 +1,23 @@
 //! The DuckDB warehouse: schema and migrations, reading the previous state, swapping in a run's
 //! tables in one transaction, the status history (SCD2), the runs ledger, and the Parquet export.
+//!
+//! **One writer, many readers.** DuckDB lets one process open a file for writing, and no process
+//! read it meanwhile (and a reader blocks the writer). So the writer and the readers use
+//! different files:
+//! - `OUT/state/warehouse.duckdb` is the writer's, opened only by creator-etl's writing commands
+//!   (which hold the `--out` lock) and, for a moment, by `actions plan`;
+//! - `OUT/warehouse.duckdb` is the readers' snapshot: after every load and every actions run, the
+//!   writer checkpoints its file and copies it there, by a rename. A notebook, a `duckdb` shell
+//!   or `creator-etl query` holding the snapshot open never blocks a load; it keeps the snapshot
+//!   it opened (the old file stays readable until it closes), and sees the new one when it
+//!   reconnects. Changes made to the snapshot are overwritten by the next publish.
+//!
+//! A writer that finds its file held (a plan reading it) retries for a few seconds, then gives
+//! up naming the process that holds it (exit 5). Writing commands open the file before they
+//! send any request, so a run learns this before its extract spends the hour's budget.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use duckdb::{params, Connection};
@@ -9,9 +25,10 @@ use duckdb::{params, Connection};
 use super::LoadError;
 use crate::api::models::{Application, ApplicationStatus, ConnectedAccount, Provider, SignupSource};
 use crate::extract::{ContentRow, Metric, Observation};
+use crate::out::OutDir;
 
 /// The schema this version writes. Older warehouses are migrated in place by [`migrate`].
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Tables replaced wholesale by each load, with their DDL (primary keys included).
 pub const TABLES: [(&str, &str); 6] = [
@@ -105,6 +122,13 @@ CREATE TABLE IF NOT EXISTS action_results (
     PRIMARY KEY (run_id, line));
 ";
 
+/// Version 3: the journal's scope (the service and the key's fingerprint a row was sent to).
+/// Rows written before have none, and count for every scope.
+const V3: &str = "
+ALTER TABLE action_journal ADD COLUMN IF NOT EXISTS service VARCHAR;
+ALTER TABLE action_journal ADD COLUMN IF NOT EXISTS key_fingerprint VARCHAR;
+";
+
 /// Acceptance rate per post-count bucket: accepted / (accepted + rejected).
 const COHORT_ACCEPTANCE: &str = "
 CREATE OR REPLACE VIEW cohort_acceptance AS
@@ -118,7 +142,143 @@ GROUP BY bucket, bucket_min, bucket_max
 ORDER BY bucket_min NULLS FIRST;
 ";
 
-/// Opens (creating) the warehouse and brings its schema to [`SCHEMA_VERSION`].
+/// The writer's file.
+pub fn writer_path(out: &OutDir) -> PathBuf {
+    out.state_dir().join("warehouse.duckdb")
+}
+
+/// The readers' snapshot.
+pub fn published_path(out: &OutDir) -> PathBuf {
+    out.root().join("warehouse.duckdb")
+}
+
+/// How long a writer waits for a reader of its own file (an `actions plan`) to let go.
+const WRITER_WAIT: Duration = Duration::from_secs(5);
+
+/// Opens (creating) the writer's warehouse and brings its schema to [`SCHEMA_VERSION`]. A
+/// warehouse of the layout before the reader snapshot (only `OUT/warehouse.duckdb`) is adopted
+/// by copying it. The caller holds the `--out` lock.
+pub fn open_writer(out: &OutDir) -> Result<Connection, LoadError> {
+    let path = writer_path(out);
+    let legacy = published_path(out);
+    if !path.exists() && legacy.exists() {
+        std::fs::create_dir_all(out.state_dir()).map_err(crate::out::io_err("create", &out.state_dir()))?;
+        for suffix in ["", ".wal"] {
+            let from = PathBuf::from(format!("{}{suffix}", legacy.display()));
+            if from.exists() {
+                let to = PathBuf::from(format!("{}{suffix}", path.display()));
+                std::fs::copy(&from, &to).map_err(crate::out::io_err("adopt the warehouse", &from))?;
+            }
+        }
+        tracing::info!(from = %legacy.display(), to = %path.display(), "the writer now keeps its own warehouse file; readers use the snapshot");
+    }
+    std::fs::create_dir_all(out.state_dir()).map_err(crate::out::io_err("create", &out.state_dir()))?;
+    let started = Instant::now();
+    let conn = loop {
+        match Connection::open(&path) {
+            Ok(c) => break c,
+            Err(e) => match lock_holder(&e) {
+                Some(_) if started.elapsed() < WRITER_WAIT => std::thread::sleep(Duration::from_millis(200)),
+                Some(holder) => return Err(LoadError::Locked { path: path.display().to_string(), holder }),
+                None => return Err(LoadError::db(format!("open `{}`", path.display()), e)),
+            },
+        }
+    };
+    no_downloads(&conn).map_err(|e| LoadError::db("configure the connection", e))?;
+    migrate(&conn)?;
+    Ok(conn)
+}
+
+/// Checks that the writer's warehouse can be opened for writing, and migrates it: what a run
+/// does before it spends any request.
+pub fn check_writable(out: &OutDir) -> Result<(), LoadError> {
+    open_writer(out).map(drop)
+}
+
+/// The process holding a DuckDB file, from DuckDB's lock error, when that is the error.
+fn lock_holder(e: &duckdb::Error) -> Option<String> {
+    let text = e.to_string();
+    let at = text.find("Conflicting lock is held in")?;
+    let rest = &text[at + "Conflicting lock is held in".len()..];
+    let holder = rest.split(". See also").next().unwrap_or(rest).trim().trim_end_matches('.');
+    let pid = holder.split("(PID ").nth(1).and_then(|p| p.split(')').next()).and_then(|p| p.parse::<u32>().ok());
+    let command = pid.and_then(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok()).map(|c| {
+        let args: Vec<String> =
+            c.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        args.join(" ").chars().take(160).collect::<String>()
+    });
+    Some(match command {
+        Some(cmd) if !cmd.is_empty() => format!("{holder}: `{cmd}`"),
+        _ => holder.to_owned(),
+    })
+}
+
+/// Checkpoints the writer's warehouse, closes it, and publishes it as the readers' snapshot
+/// (`OUT/warehouse.duckdb`) with one rename. Readers holding the old snapshot keep it until they
+/// reconnect.
+pub fn publish(conn: Connection, out: &OutDir) -> Result<(), LoadError> {
+    conn.execute_batch("CHECKPOINT;").map_err(|e| LoadError::db("checkpoint the warehouse", e))?;
+    drop(conn);
+    let from = writer_path(out);
+    let to = published_path(out);
+    let tmp = out.root().join(format!(".warehouse.duckdb.publish-{}", std::process::id()));
+    let io = crate::out::io_err;
+    std::fs::copy(&from, &tmp).map_err(io("copy the warehouse for readers", &from))?;
+    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io("sync", &tmp))?;
+    // A WAL beside the old snapshot (someone opened it for writing) must not replay into the new.
+    let wal = PathBuf::from(format!("{}.wal", to.display()));
+    if wal.exists() {
+        std::fs::remove_file(&wal).map_err(io("remove", &wal))?;
+    }
+    std::fs::rename(&tmp, &to).map_err(io("publish", &to))?;
+    Ok(())
+}
+
+/// Removes snapshot copies that a killed publish left behind. The caller holds the lock.
+pub fn clean_publish_leftovers(out: &OutDir) {
+    if let Ok(entries) = std::fs::read_dir(out.root()) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(".warehouse.duckdb.publish-") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Opens the freshest warehouse read-only: the writer's file, or, while a running command holds
+/// it, the readers' snapshot (the note says so). `None` when there is neither.
+pub fn open_latest_read_only(out: &OutDir) -> Result<Option<(Connection, Option<String>)>, LoadError> {
+    let read_only = |path: &Path| {
+        duckdb::Config::default()
+            .access_mode(duckdb::AccessMode::ReadOnly)
+            .and_then(|c| Connection::open_with_flags(path, c))
+    };
+    let writer = writer_path(out);
+    let published = published_path(out);
+    if writer.exists() {
+        match read_only(&writer) {
+            Ok(c) => return Ok(Some((c, None))),
+            Err(e) if lock_holder(&e).is_some() && published.exists() => {
+                let note = format!(
+                    "a running command is writing the warehouse; this reads the snapshot published after the last command ({})",
+                    lock_holder(&e).unwrap_or_default()
+                );
+                let c = read_only(&published)
+                    .map_err(|e| LoadError::db(format!("open `{}` read-only", published.display()), e))?;
+                return Ok(Some((c, Some(note))));
+            }
+            Err(e) => return Err(LoadError::db(format!("open `{}` read-only", writer.display()), e)),
+        }
+    }
+    if !published.exists() {
+        return Ok(None);
+    }
+    let c = read_only(&published).map_err(|e| LoadError::db(format!("open `{}` read-only", published.display()), e))?;
+    Ok(Some((c, None)))
+}
+
+/// Opens (creating) a warehouse file and brings its schema to [`SCHEMA_VERSION`] (tests and
+/// tools; commands use [`open_writer`]).
 pub fn open(path: &Path) -> Result<Connection, LoadError> {
     let conn = Connection::open(path).map_err(|e| LoadError::db(format!("open `{}`", path.display()), e))?;
     no_downloads(&conn).map_err(|e| LoadError::db("configure the connection", e))?;
@@ -145,7 +305,7 @@ pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
     if current > SCHEMA_VERSION {
         return Err(LoadError::NewerSchema { found: current, supported: SCHEMA_VERSION });
     }
-    let migrations: [(i32, &str); 2] = [(1, V1), (2, V2)];
+    let migrations: [(i32, &str); 3] = [(1, V1), (2, V2), (3, V3)];
     for (version, sql) in migrations.iter().filter(|(v, _)| *v > current) {
         let mut batch = format!("BEGIN TRANSACTION;\n{sql}\n");
         if *version == 1 {
@@ -355,14 +515,14 @@ mod tests {
         let path = dir.path().join("w.duckdb");
         let conn = open(&path).unwrap();
         conn.execute_batch(
-            "DROP TABLE action_journal; DROP TABLE action_results; DELETE FROM schema_version WHERE version = 2;
+            "DROP TABLE action_journal; DROP TABLE action_results; DELETE FROM schema_version WHERE version >= 2;
              INSERT INTO runs (run_id, status) VALUES ('old-run', 'completed');",
         )
         .unwrap();
         drop(conn);
         let conn = open(&path).unwrap();
         let version: i32 = conn.query_row("SELECT max(version) FROM schema_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(version, 2);
+        assert_eq!(version, SCHEMA_VERSION);
         conn.query_row("SELECT count(*) FROM action_journal", [], |r| r.get::<_, i64>(0)).unwrap();
         let kept: i64 = conn.query_row("SELECT count(*) FROM runs WHERE run_id = 'old-run'", [], |r| r.get(0)).unwrap();
         assert_eq!(kept, 1);

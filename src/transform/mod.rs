@@ -30,6 +30,37 @@ pub enum TransformError {
     },
 }
 
+/// An application's posts in the last 30 days over its accounts. [`check_sums`] guards the
+/// input, so saturation never happens in a load; it only keeps a direct caller from panicking.
+fn monthly_posts(accounts: &[ConnectedAccount]) -> i64 {
+    accounts.iter().fold(0i64, |s, a| s.saturating_add(a.monthly_post_count))
+}
+
+/// Checks that every sum the tables take of the service's integers fits in 64 bits: the sum of
+/// the absolute values of monthly post counts, and of each metric's `current` and `last`. If
+/// those fit, every partial sum does (weekly totals, 7-day sums, cohorts), which Polars would
+/// otherwise wrap silently. `Err` names the field: a data-quality error, never a panic.
+pub fn check_sums(apps: &[Observation], content: &[ContentRow]) -> Result<(), String> {
+    let overflow = |what: &str| {
+        format!("the service's `{what}` values add up past 64-bit integers; they cannot be real counts, so nothing was loaded")
+    };
+    let mut posts: i64 = 0;
+    for a in apps.iter().flat_map(|o| &o.app.connected_accounts) {
+        posts = posts
+            .checked_add(a.monthly_post_count.checked_abs().unwrap_or(i64::MAX))
+            .ok_or_else(|| overflow("monthly_post_count"))?;
+    }
+    for metric in [crate::extract::Metric::Views, crate::extract::Metric::Likes] {
+        let (mut current, mut last) = (0i64, 0i64);
+        for r in content.iter().filter(|r| r.metric == metric) {
+            let abs = |v: i64| v.checked_abs().unwrap_or(i64::MAX);
+            current = current.checked_add(abs(r.current)).ok_or_else(|| overflow("current"))?;
+            last = last.checked_add(abs(r.last)).ok_or_else(|| overflow("last"))?;
+        }
+    }
+    Ok(())
+}
+
 /// Default bucket edges of `total_monthly_posts`: `0`, `1-4`, `5-12`, `13-30`, `31+`.
 pub const DEFAULT_COHORT_EDGES: [i64; 4] = [1, 5, 13, 31];
 
@@ -134,9 +165,7 @@ fn applications_frame(apps: &[Observation]) -> PolarsResult<(DataFrame, DataFram
         ),
         Column::new(
             "total_monthly_posts".into(),
-            apps.iter()
-                .map(|o| o.app.connected_accounts.iter().map(|a| a.monthly_post_count).sum::<i64>())
-                .collect::<Vec<_>>(),
+            apps.iter().map(|o| monthly_posts(&o.app.connected_accounts)).collect::<Vec<_>>(),
         ),
         datetime_col("first_seen_at", apps.iter().map(|o| micros(o.observed_at)).collect())?,
         datetime_col("last_seen_at", apps.iter().map(|o| micros(o.observed_at)).collect())?,
@@ -272,7 +301,7 @@ fn cohorts_frame(apps: &[Observation], buckets: &[Bucket]) -> PolarsResult<DataF
         let a = &o.app;
         let d = a.applied_at.date_naive();
         month.push(day_number(NaiveDate::from_ymd_opt(d.year(), d.month(), 1).expect("first of month")));
-        let posts = a.connected_accounts.iter().map(|c| c.monthly_post_count).sum();
+        let posts = monthly_posts(&a.connected_accounts);
         let b = bucket_of(buckets, a.connected_accounts.len(), posts);
         bucket.push(b.label.clone());
         bmin.push(b.min);
@@ -286,12 +315,7 @@ fn cohorts_frame(apps: &[Observation], buckets: &[Bucket]) -> PolarsResult<DataF
         Column::new("status".into(), apps.iter().map(|o| o.app.status.to_string()).collect::<Vec<_>>()),
         Column::new("user_id".into(), apps.iter().map(|o| o.app.user_id).collect::<Vec<_>>()),
         Column::new("accounts".into(), apps.iter().map(|o| o.app.connected_accounts.len() as i64).collect::<Vec<_>>()),
-        Column::new(
-            "posts".into(),
-            apps.iter()
-                .map(|o| o.app.connected_accounts.iter().map(|c| c.monthly_post_count).sum::<i64>())
-                .collect::<Vec<_>>(),
-        ),
+        Column::new("posts".into(), apps.iter().map(|o| monthly_posts(&o.app.connected_accounts)).collect::<Vec<_>>()),
     ])?
     .lazy()
     .group_by([col("applied_month"), col("bucket"), col("bucket_min"), col("bucket_max"), col("status")])

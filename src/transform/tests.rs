@@ -218,3 +218,24 @@ fn cohorts_count_applications_creators_and_posts() {
     assert_eq!(f.connected_accounts.height(), 9);
     assert_eq!(f.connected_accounts.column("username").unwrap().null_count(), 5);
 }
+
+/// Regression: sums of the service's integers could overflow: a panic in debug builds, a silent
+/// wrap in release (and in Polars). Values whose sums pass 64 bits are a data-quality error.
+#[test]
+fn sums_that_would_overflow_are_a_data_quality_error() {
+    let ok = [app(1, ApplicationStatus::Pending, "2025-01-01", 1, &[3, 4], false)];
+    assert!(check_sums(&ok, &views("2025-01-01", &[1, 2], &[3, 4])).is_ok());
+    let posts = [
+        app(1, ApplicationStatus::Pending, "2025-01-01", 1, &[i64::MAX / 2, 1], false),
+        app(2, ApplicationStatus::Pending, "2025-01-01", 2, &[i64::MAX / 2 + 1], false),
+    ];
+    let e = check_sums(&posts, &[]).unwrap_err();
+    assert!(e.contains("`monthly_post_count`"), "{e}");
+    let e = check_sums(&ok, &views("2025-01-01", &[i64::MAX, 1], &[0, 0])).unwrap_err();
+    assert!(e.contains("`current`"), "{e}");
+    let e = check_sums(&ok, &views("2025-01-01", &[0, 0], &[i64::MIN, 1])).unwrap_err();
+    assert!(e.contains("`last`"), "{e}");
+    // Nothing here panics, even where the guard is bypassed.
+    let huge = app(3, ApplicationStatus::Pending, "2025-01-01", 3, &[i64::MAX, 5], false);
+    assert_eq!(monthly_posts(&huge.app.connected_accounts), i64::MAX);
+}

@@ -177,17 +177,36 @@ fn a_mixed_file_applies_each_approved_row_exactly_once() {
     assert_eq!(n, 5);
     drop(c);
 
-    // The same file again: only the failed rows are tried again. (The emulator may answer the
-    // payout mark 429 once: this process's pacer did not see the previous process's last mark.)
-    let answered = |emu: &TestEmu| emu.state.requests().iter().filter(|r| r.status != 429).count();
-    let before = answered(&emu);
+    // The same file again: the rows that failed for good (404, 422) are held, not sent again.
+    let before = emu.state.requests().len();
     let o = actions(&emu, &out, "apply", &file, &[], FULL_KEY);
     assert_exit(&[], &o, 3);
-    assert_eq!(answered(&emu) - before, 4, "only the 4 failed rows are sent again");
+    assert_eq!(emu.state.requests().len(), before, "a row that failed for good is not sent again");
     let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
     for line in [2, 3, 8, 9, 11, 12] {
         assert_eq!(got[&line].0, "skipped_already_applied", "line {line}");
     }
+    for line in [5, 6, 7, 10] {
+        assert_eq!(got[&line].0, "failed", "line {line}");
+        assert!(
+            got[&line].2.contains("failed before in run") && got[&line].2.contains("--retry-failed"),
+            "{:?}",
+            got[&line]
+        );
+    }
+    assert!(got[&7].2.contains("404 Sale not found"), "the service's message is kept: {:?}", got[&7]);
+    let o = actions(&emu, &out, "plan", &file, &[], FULL_KEY);
+    let plan = String::from_utf8_lossy(&o.stdout);
+    assert!(plan.contains("hold (failed before in run") && plan.contains("11 rows; 0 to send"), "{plan}");
+    // `--retry-failed` sends them again, and only them.
+    let o = actions(&emu, &out, "apply", &file, &["--retry-failed"], FULL_KEY);
+    assert_exit(&[], &o, 3);
+    assert_eq!(emu.state.requests().len() - before, 4, "only the 4 failed rows are sent again");
+    assert!(
+        emu.state.violations().is_empty(),
+        "back-to-back applies keep the mark spacing: {:?}",
+        emu.state.violations()
+    );
 
     // Reordered, failures dropped, a new row merged in: only the new row is sent.
     let merged = vec![
@@ -199,10 +218,10 @@ fn a_mixed_file_applies_each_approved_row_exactly_once() {
         rows[6].clone(),
     ];
     let file2 = write_csv(dir.path(), "merged.csv", &merged);
-    let before = answered(&emu);
+    let before = emu.state.requests().len();
     let o = actions(&emu, &out, "apply", &file2, &[], FULL_KEY);
     assert_exit(&[], &o, 0);
-    assert_eq!(answered(&emu) - before, 1, "only the new row is sent");
+    assert_eq!(emu.state.requests().len() - before, 1, "only the new row is sent");
     let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
     assert_eq!(got[&3].0, "applied");
     // And once more: nothing at all.
@@ -379,7 +398,286 @@ fn a_crash_around_a_payout_mark_is_resolved_on_rerun() {
         assert_eq!(marks.iter().filter(|w| w.outcome == "marked").count(), 1, "{point}: {marks:?}");
         let expected_sends = if point == "actions-after-intent" { 1 } else { 2 };
         assert_eq!(marks.len(), expected_sends, "{point}: {marks:?}");
-        let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
-        assert_eq!(got[&2].0, if expected_sends == 1 { "applied" } else { "noop" }, "{point}");
+        let rep = report(&o);
+        let got = results(Path::new(rep["results_csv"].as_str().unwrap()));
+        // The re-send after our own lost attempt is answered "already paid": our attempt took effect.
+        assert_eq!(got[&2].0, "applied", "{point}: {:?}", got[&2]);
+        if expected_sends == 2 {
+            assert!(got[&2].2.contains("took effect"), "{point}: {:?}", got[&2]);
+        }
+        // The interrupted intent is closed: an apply of another file does not list it.
+        let other = write_csv(dir.path(), "other.csv", &[format!("mark_payout,no,,{uuid},,,,,,,")]);
+        let o = actions(&emu, &out, "apply", &other, &[], FULL_KEY);
+        assert_exit(&[], &o, 0);
+        assert_eq!(report(&o)["unresolved_intents"], serde_json::json!([]), "{point}");
+        let c = duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap();
+        let open: i64 =
+            c.query_row("SELECT count(*) FROM action_journal WHERE outcome = 'pending'", [], |r| r.get(0)).unwrap();
+        assert_eq!(open, 0, "{point}: the intent was superseded");
     }
+}
+
+/// A reviewed file of `rows`, parsed as `actions apply` would.
+fn reviewed(rows: &[String]) -> creator_etl::action::Reviewed {
+    creator_etl::action::reviewed::parse(format!("{HEADER}\n{}\n", rows.join("\n")).as_bytes()).unwrap()
+}
+
+/// Half of all write answers are lost (the write applied, then the connection dropped, a 502, or
+/// the 200's body cut short). Every approved row still takes effect once and is reported as
+/// taking effect; rows the service refuses are `failed`, never `in_doubt`.
+#[test]
+fn lost_answers_at_a_high_rate_still_apply_each_row_once() {
+    use creator_etl::action::{journal::Scope, ActionConfig, Outcome};
+    use creator_etl::emulator::Fault;
+
+    let mut cfg = EmulatorConfig::for_tests(20);
+    cfg.data.sales = 40;
+    cfg.faults.rate = 0.5;
+    cfg.faults.kinds = vec![Fault::LostAnswer];
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let sales = updatable_sales(&emu);
+    let due = payouts(&emu, PayoutKind::DueCredit, MAIN_ORG);
+    let foreign = sale_where(&emu, |s| s.org == OTHER_ORG);
+    let storefront = sale_where(&emu, |s| s.org == MAIN_ORG && !s.updatable());
+    let mut rows: Vec<String> =
+        sales.iter().take(12).map(|s| format!("update_sale,yes,{s},,{},,,,,,", 2000 + s)).collect();
+    assert!(sales.len() >= 16, "enough updatable sales: {}", sales.len());
+    let cancelled: Vec<i64> = sales[12..16].to_vec();
+    rows.extend(cancelled.iter().map(|s| format!("update_sale,yes,{s},,,,,cancelled,,,")));
+    rows.extend(due.iter().take(4).map(|p| format!("mark_payout,yes,,{},,,,,,,", p.uuid)));
+    rows.push(format!("update_sale,yes,{foreign},,100,,,,,,"));
+    rows.push(format!("update_sale,yes,{storefront},,100,,,,,,"));
+    let file = reviewed(&rows);
+    let client = client_with(&emu.base_url, FULL_KEY, fast(), 14);
+    let config = ActionConfig {
+        out: creator_etl::out::OutDir::new(dir.path().join("out")),
+        file: dir.path().join("reviewed.csv"),
+        max_rows: None,
+        only: None,
+        retry_failed: false,
+        scope: Scope::new(&emu.base_url, Some("key-test".into())),
+    };
+    let (_tx, stop) = tokio::sync::watch::channel(false);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let report = rt.block_on(creator_etl::action::apply(&config, &file, &client, stop.clone())).unwrap();
+
+    let lost = emu.state.requests().iter().filter(|r| r.fault == Some(Fault::LostAnswer)).count();
+    assert!(lost >= 5, "the fault was exercised: {lost} answers lost");
+    let n = report.rows.len();
+    for (i, r) in report.rows.iter().enumerate() {
+        let want = if i >= n - 2 { Outcome::Failed } else { Outcome::Applied };
+        assert_eq!(r.outcome, want, "line {}: {r:?}", r.line);
+    }
+    for s in sales.iter().take(12) {
+        let stored = emu.state.sales().into_iter().find(|x| x.id == *s).unwrap();
+        assert_eq!(stored.total, 2000 + s, "sale {s}");
+        let updated: Vec<_> = writes_to(&emu, &s.to_string()).into_iter().filter(|w| w.outcome == "updated").collect();
+        assert!(updated.iter().all(|w| w.body == updated[0].body), "re-sends carry the same body");
+    }
+    for s in &cancelled {
+        let stored = emu.state.sales().into_iter().find(|x| x.id == *s).unwrap();
+        assert_eq!(stored.status, SaleStatus::Cancelled, "sale {s}");
+    }
+    for p in due.iter().take(4) {
+        let marked = writes_to(&emu, &p.uuid).into_iter().filter(|w| w.outcome == "marked").count();
+        assert_eq!(marked, 1, "payout {} marked exactly once", p.uuid);
+    }
+    let settled_by_refusal =
+        report.rows.iter().filter(|r| r.message.as_deref().is_some_and(|m| m.contains("took effect"))).count();
+    let resent = report.rows.iter().filter(|r| r.message.as_deref().is_some_and(|m| m.contains("re-send"))).count();
+    assert!(settled_by_refusal + resent >= 3, "lost answers were settled: {report:#?}");
+
+    // Converged: a second apply sends nothing (failed-for-good rows are held).
+    let before = emu.state.requests().len();
+    let again = rt.block_on(creator_etl::action::apply(&config, &file, &client, stop)).unwrap();
+    assert_eq!(emu.state.requests().len(), before, "{again:#?}");
+}
+
+/// Every answer lost, retries spent: the rows end `in_doubt` (exit 3), with what to check. They
+/// are held by later applies until `--retry-failed`, whose answers then settle them.
+#[test]
+fn writes_whose_answers_never_come_end_in_doubt_and_are_held() {
+    use creator_etl::emulator::Fault;
+    let mut cfg = EmulatorConfig::for_tests(20);
+    cfg.faults.rate = 1.0;
+    cfg.faults.kinds = vec![Fault::LostAnswer];
+    // Lost before any status arrived (a cut 200 would be an answer: applied).
+    cfg.faults.lost = vec![creator_etl::emulator::LostKind::Dropped, creator_etl::emulator::LostKind::BadGateway];
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let s = updatable_sales(&emu)[0];
+    let due = &payouts(&emu, PayoutKind::DueCredit, MAIN_ORG)[0];
+    let file = write_csv(
+        dir.path(),
+        "d.csv",
+        &[format!("update_sale,yes,{s},,4321,,,,,,"), format!("mark_payout,yes,,{},,,,,,,", due.uuid)],
+    );
+    let o = actions(&emu, &out, "apply", &file, &["--max-attempts", "2"], FULL_KEY);
+    assert_exit(&[], &o, 3);
+    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    for line in [2, 3] {
+        assert_eq!(got[&line].0, "in_doubt", "line {line}: {:?}", got[&line]);
+        assert!(got[&line].2.contains("check") && got[&line].2.contains("--retry-failed"), "{:?}", got[&line]);
+    }
+    assert!(String::from_utf8_lossy(&o.stderr).contains("in_doubt 2"), "{}", show(&[], &o));
+    // The plan shows them held, with what to check; a later apply sends nothing and exits 3.
+    let o = actions(&emu, &out, "plan", &file, &[], FULL_KEY);
+    let plan = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        plan.contains("hold (in doubt since run") && plan.contains(&format!("check whether sale {s} shows")),
+        "{plan}"
+    );
+    let before = emu.state.requests().len();
+    let o = actions(&emu, &out, "apply", &file, &[], FULL_KEY);
+    assert_exit(&[], &o, 3);
+    assert_eq!(emu.state.requests().len(), before, "in-doubt rows are never re-sent by themselves");
+    // The service recovers; `--retry-failed` re-sends, and the answers settle both rows.
+    emu.state.set_fault_rate(0.0);
+    let o = actions(&emu, &out, "apply", &file, &["--retry-failed"], FULL_KEY);
+    assert_exit(&[], &o, 0);
+    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    assert_eq!(got[&2].0, "applied");
+    assert_eq!(got[&3].0, "applied", "the mark was already paid by our own lost attempt: {:?}", got[&3]);
+    assert!(got[&3].2.contains("took effect"), "{:?}", got[&3]);
+    assert_eq!(writes_to(&emu, &due.uuid).iter().filter(|w| w.outcome == "marked").count(), 1);
+}
+
+/// The journal's identity of a row includes the service: the same file applied to a second
+/// service with the same `--out` is sent there, and to the first one again is not.
+#[test]
+fn the_journal_is_scoped_to_the_service_and_key() {
+    let a = TestEmu::start(EmulatorConfig::for_tests(20));
+    let b = TestEmu::start(EmulatorConfig::for_tests(20));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let s = updatable_sales(&a)[0];
+    let file = write_csv(dir.path(), "s.csv", &[format!("update_sale,yes,{s},,999,,,,,,")]);
+    assert_exit(&[], &actions(&a, &out, "apply", &file, &[], FULL_KEY), 0);
+    let o = actions(&b, &out, "apply", &file, &[], FULL_KEY);
+    assert_exit(&[], &o, 0);
+    assert_eq!(writes_to(&b, &s.to_string()).len(), 1, "sent to the second service: {}", show(&[], &o));
+    let n = a.state.requests().len();
+    assert_exit(&[], &actions(&a, &out, "apply", &file, &[], FULL_KEY), 0);
+    assert_eq!(a.state.requests().len(), n, "the first service already has it");
+    // Another organization's key on the first service is another scope too.
+    let o = actions(&a, &out, "plan", &file, &[], OTHER_ORG_KEY);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("1 to send"), "{}", show(&[], &o));
+    let c = duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap();
+    let keys: Vec<String> = c
+        .prepare("SELECT DISTINCT key_fingerprint FROM action_journal")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(keys.iter().all(|k| k.starts_with("key-") && !k.contains(FULL_KEY)), "{keys:?}");
+    drop(c);
+    // No file under `--out` holds the key: journal, snapshots, pacing state, results.
+    fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.is_symlink() {
+                walk(&p, found);
+            } else if p.is_file() {
+                found.push(p);
+            }
+        }
+    }
+    let mut files = vec![];
+    walk(&out, &mut files);
+    assert!(files.iter().any(|f| f.file_name().unwrap().to_string_lossy().starts_with("pacing-")), "{files:?}");
+    for f in files {
+        let bytes = std::fs::read(&f).unwrap();
+        let hit = bytes.windows(FULL_KEY.len()).any(|w| w == FULL_KEY.as_bytes());
+        assert!(!hit, "{} holds the key", f.display());
+    }
+}
+
+/// Pacing survives the process: two applies back to back, each with payout marks, keep the 2 s
+/// mark rule at the emulator (the second process starts from the first one's last mark).
+#[test]
+fn back_to_back_applies_keep_the_mark_spacing() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(20));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let due = payouts(&emu, PayoutKind::DueCredit, MAIN_ORG);
+    for (i, pair) in due.chunks(2).take(2).enumerate() {
+        let rows: Vec<String> = pair.iter().map(|p| format!("mark_payout,yes,,{},,,,,,,", p.uuid)).collect();
+        let file = write_csv(dir.path(), &format!("m{i}.csv"), &rows);
+        assert_exit(&[], &actions(&emu, &out, "apply", &file, &[], FULL_KEY), 0);
+    }
+    let marks: Vec<_> = emu.state.writes().into_iter().filter(|w| w.operation == "mark_credit_payout").collect();
+    assert_eq!(marks.len(), 4, "{marks:?}");
+    assert!(emu.state.violations().is_empty(), "{:?}", emu.state.violations());
+    assert_eq!(emu.state.requests().iter().filter(|r| r.status == 429).count(), 0);
+}
+
+/// Ctrl-C while an apply waits for the pacer (here an hourly cap of 1) stops it at once: the
+/// waiting row is `not_sent`, the exit is 130, and a rerun will send it.
+#[test]
+fn ctrl_c_interrupts_a_pacing_wait_during_apply() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(20));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let s = updatable_sales(&emu);
+    let file = write_csv(
+        dir.path(),
+        "c.csv",
+        &[format!("update_sale,yes,{},,11,,,,,,", s[0]), format!("update_sale,yes,{},,12,,,,,,", s[1])],
+    );
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_creator-etl"))
+        .args(["actions", "apply", file.to_str().unwrap(), "--base-url", &emu.base_url, "--out", out.to_str().unwrap()])
+        .args(["--hourly-cap", "1", "--cap-window-s", "3600", "--min-interval-ms", "0"])
+        .env("CREATOR_API_KEY", FULL_KEY)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while writes_to(&emu, &s[0].to_string()).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(30), "the first row was never sent");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let kill = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    assert_exit(&["actions", "apply"], &o, 130);
+    assert!(started.elapsed() < Duration::from_secs(60), "it did not sit out the hour");
+    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    assert_eq!((got[&2].0.as_str(), got[&3].0.as_str()), ("applied", "not_sent"));
+    assert!(writes_to(&emu, &s[1].to_string()).is_empty());
+    let o = actions(&emu, &out, "plan", &file, &[], FULL_KEY);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("1 to send"), "{}", show(&[], &o));
+}
+
+/// `run --actions` checks `--max-rows` before it fetches anything, like an invalid file.
+#[test]
+fn run_checks_the_actions_guards_before_fetching() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(20));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let s = updatable_sales(&emu);
+    let file = write_csv(
+        dir.path(),
+        "two.csv",
+        &[format!("update_sale,yes,{},,100,,,,,,", s[0]), format!("update_sale,yes,{},,5,,,,,,", s[1])],
+    );
+    let args = [
+        "run",
+        "--base-url",
+        &emu.base_url,
+        "--out",
+        out.to_str().unwrap(),
+        "--actions",
+        file.to_str().unwrap(),
+        "--max-rows",
+        "1",
+    ];
+    let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+    assert_exit(&args, &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("more than `--max-rows 1`"), "{}", show(&args, &o));
+    assert_eq!(emu.state.requests().len(), 0, "nothing was fetched");
 }

@@ -145,7 +145,7 @@ async fn sale_updates_follow_the_vendor_rules() {
 
     // `total` alone: the service recalculates the commission.
     let u = SaleUpdate { total: Some(12_345), ..Default::default() };
-    let sale = c.update_sale(id, &u).await.unwrap().value.data;
+    let sale = c.update_sale(id, &u).await.unwrap().value.unwrap().data;
     assert_eq!(sale.total, Some(12_345));
     assert_eq!(sale.commission, Some((12_345 * pct + 50) / 100));
 
@@ -159,7 +159,7 @@ async fn sale_updates_follow_the_vendor_rules() {
         occurred_at: Some(DateInput::Iso("2026-01-02T03:04:05Z".into())),
         ..Default::default()
     };
-    let sale = c.update_sale(id, &u).await.unwrap().value.data;
+    let sale = c.update_sale(id, &u).await.unwrap().value.unwrap().data;
     assert_eq!((sale.total, sale.commission, sale.currency), (Some(20_000), Some(777), Some(Currency::Gbp)));
     assert_eq!(sale.status, SaleStatus::Paid);
     let stored = emu.state.sales().into_iter().find(|s| s.id == id).unwrap();
@@ -173,22 +173,22 @@ async fn sale_updates_follow_the_vendor_rules() {
     assert!(log[0].body.get("commission").is_none(), "only the fields set are sent");
 
     let cancelled = first_sale(&emu, |s| s.org == MAIN_ORG && s.status == SaleStatus::Cancelled);
-    let err = c.update_sale(cancelled, &u).await.unwrap_err();
+    let err = c.update_sale(cancelled, &u).await.unwrap_err().error;
     assert_eq!(err.server_message(), Some("Cancelled sales cannot be updated."), "{err}");
     assert_eq!(err.status(), Some(422));
 
     let storefront = first_sale(&emu, |s| s.org == MAIN_ORG && !s.updatable());
-    let err = c.update_sale(storefront, &u).await.unwrap_err();
+    let err = c.update_sale(storefront, &u).await.unwrap_err().error;
     assert_eq!(err.server_message(), Some("Only sales created via the public API (website platform) can be updated."));
 
     let foreign = first_sale(&emu, |s| s.org == OTHER_ORG);
     for target in [foreign, 999_999] {
-        let err = c.update_sale(target, &u).await.unwrap_err();
+        let err = c.update_sale(target, &u).await.unwrap_err().error;
         assert!(matches!(&err, ApiError::NotFound { message, .. } if message == "Sale not found"), "{err:?}");
     }
 
     let ro = client(&emu.base_url, READ_ONLY_KEY, fast());
-    let err = ro.update_sale(id, &u).await.unwrap_err();
+    let err = ro.update_sale(id, &u).await.unwrap_err().error;
     assert!(matches!(err, ApiError::Forbidden { .. }), "{err:?}");
     assert!(err.to_string().contains("This API key is read-only and cannot modify data."));
     assert!(err.is_auth());
@@ -213,33 +213,35 @@ async fn payout_marks_follow_the_five_rules() {
     let due = of(PayoutKind::DueCredit, MAIN_ORG);
     match c.mark_credit_payout(&due).await.unwrap() {
         MarkOutcome::Marked(r) => {
-            assert!(r.value.success);
-            assert_eq!(r.value.creator_payout.status, "Paid externally");
-            assert_eq!(r.value.creator_payout.uuid, due);
+            let v = r.value.unwrap();
+            assert!(v.success);
+            assert_eq!(v.creator_payout.status, "Paid externally");
+            assert_eq!(v.creator_payout.uuid, due);
         }
         other => panic!("expected Marked, got {other:?}"),
     }
     // Marking again is the documented no-op.
     match c.mark_credit_payout(&due).await.unwrap() {
-        MarkOutcome::AlreadyPaid { status, message } => {
+        MarkOutcome::AlreadyPaid { status, message, resent } => {
             assert!((400..500).contains(&status));
             assert_eq!(message, "Cannot mark payout as paid: current status is paid_externally");
+            assert!(!resent, "no answer was lost");
         }
         other => panic!("expected AlreadyPaid, got {other:?}"),
     }
     let pending = of(PayoutKind::PendingRequirementsCredit, MAIN_ORG);
     assert!(matches!(c.mark_credit_payout(&pending).await.unwrap(), MarkOutcome::Marked(_)));
 
-    let zero = c.mark_credit_payout(&of(PayoutKind::ZeroCredit, MAIN_ORG)).await.unwrap_err();
+    let zero = c.mark_credit_payout(&of(PayoutKind::ZeroCredit, MAIN_ORG)).await.unwrap_err().error;
     assert_eq!(zero.server_message(), Some("Only credit payouts can be marked paid via this endpoint"));
-    let mixed = c.mark_credit_payout(&of(PayoutKind::Mixed, MAIN_ORG)).await.unwrap_err();
+    let mixed = c.mark_credit_payout(&of(PayoutKind::Mixed, MAIN_ORG)).await.unwrap_err().error;
     assert!(mixed.server_message().unwrap().contains("cash and credits"), "{mixed}");
     for uuid in [of(PayoutKind::DueCredit, OTHER_ORG), "00000000-0000-4000-8000-000000000000".into()] {
-        let err = c.mark_credit_payout(&uuid).await.unwrap_err();
+        let err = c.mark_credit_payout(&uuid).await.unwrap_err().error;
         assert!(matches!(&err, ApiError::NotFound { message, .. } if message == "Creator payout not found"));
     }
     let ro = client(&emu.base_url, READ_ONLY_KEY, fast());
-    assert!(matches!(ro.mark_credit_payout(&pending).await.unwrap_err(), ApiError::Forbidden { .. }));
+    assert!(matches!(ro.mark_credit_payout(&pending).await.unwrap_err().error, ApiError::Forbidden { .. }));
 
     let url = format!("{}/stats/mark_credit_payout", emu.base_url);
     // A raw request bypasses the client's pacing, so keep the 2 s mark rule by hand.
@@ -412,4 +414,146 @@ async fn drift_inserts_and_moves_applications_while_paging() {
     let first = c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Pending, 1)).await.unwrap().value;
     assert!(first.data.windows(2).all(|w| w[0].applied_at >= w[1].applied_at));
     assert!(first.data.iter().any(|a| inserted.contains(&a.id)));
+}
+
+/// Serves `router` on 127.0.0.1:0 for the rest of the test; returns its API base URL.
+async fn serve(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("http://{addr}/api/public/v1")
+}
+
+fn writes_client(base: &str, max_attempts: u32) -> creator_etl::api::Client {
+    client_with(base, FULL_KEY, fast(), max_attempts)
+}
+
+/// Regression: a 2xx to a PATCH whose body did not parse was retried up to six times and ended
+/// `failed_transient`. Any 2xx ends a write: applied, with what could be read of the answer.
+#[tokio::test]
+async fn a_2xx_write_ends_its_retries_whatever_its_body() {
+    for fault in [Fault::TruncatedJson, Fault::ClosedMidBody] {
+        let mut cfg = EmulatorConfig::for_tests(10);
+        cfg.faults.rate = 1.0;
+        cfg.faults.kinds = vec![fault];
+        let emu = emulator(cfg).await;
+        let id = first_sale(&emu, |s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled);
+        let w = writes_client(&emu.base_url, 6)
+            .update_sale(id, &SaleUpdate { total: Some(4_242), ..Default::default() })
+            .await
+            .unwrap();
+        assert!(w.value.is_none() && w.unreadable.is_some(), "{fault:?}: {w:?}");
+        assert_eq!((w.status, w.attempts, w.resent), (200, 1, false), "{fault:?}");
+        assert_eq!(emu.state.requests_to("PATCH /affiliate_sales/{id}"), 1, "{fault:?}: sent once");
+        assert_eq!(emu.state.sales().into_iter().find(|s| s.id == id).unwrap().total, 4_242);
+    }
+}
+
+/// A write whose answer is lost every time is in doubt: the error says the write may have taken
+/// effect, and the service did apply it.
+#[tokio::test]
+async fn a_write_whose_answers_are_lost_is_in_doubt() {
+    let mut cfg = EmulatorConfig::for_tests(10);
+    cfg.faults.rate = 1.0;
+    cfg.faults.kinds = vec![Fault::LostAnswer];
+    // Lost before any status arrived (a cut 200 would be an answer: applied).
+    cfg.faults.lost = vec![creator_etl::emulator::LostKind::Dropped, creator_etl::emulator::LostKind::BadGateway];
+    let emu = emulator(cfg).await;
+    let id = first_sale(&emu, |s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled);
+    let err = writes_client(&emu.base_url, 3)
+        .update_sale(id, &SaleUpdate { total: Some(777), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert!(err.in_doubt && err.error.is_transient(), "{err:?}");
+    assert_eq!(emu.state.requests_to("PATCH /affiliate_sales/{id}"), 3);
+    assert_eq!(emu.state.sales().into_iter().find(|s| s.id == id).unwrap().total, 777, "it took effect");
+    // Reads are never "in doubt": a lost read is simply retried.
+    let c = writes_client(&emu.base_url, 2);
+    c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Pending, 1)).await.unwrap();
+}
+
+/// A 503 with `Retry-After` is honoured like a 429: the retry arrives no sooner than asked.
+#[tokio::test]
+async fn a_503_retry_after_is_honoured() {
+    let mut cfg = EmulatorConfig::for_tests(10);
+    cfg.faults.rate = 1.0;
+    cfg.faults.kinds = vec![Fault::Unavailable];
+    let emu = emulator(cfg).await;
+    let err = writes_client(&emu.base_url, 2)
+        .list_applications(&ApplicationsQuery::page(ApplicationStatus::Pending, 1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(503));
+    let at: Vec<f64> = emu.state.requests().iter().map(|r| r.at_ms).collect();
+    assert_eq!(at.len(), 2);
+    assert!(at[1] - at[0] >= 1000.0, "the retry waited out `Retry-After: 1`: {:.0} ms", at[1] - at[0]);
+}
+
+/// A body over the limit is a clear error, not an allocation; it is not retried.
+#[tokio::test]
+async fn response_bodies_have_a_size_limit() {
+    let emu = emulator(EmulatorConfig::for_tests(300)).await;
+    let mut cfg = creator_etl::api::ClientConfig::new(
+        emu.base_url.parse().unwrap(),
+        creator_etl::api::ApiKey::new(FULL_KEY, "test").unwrap(),
+    );
+    cfg.pacing = fast();
+    cfg.max_body_bytes = 2_000;
+    let c = creator_etl::api::Client::new(cfg).unwrap();
+    let err = c.list_applications(&ApplicationsQuery::page(ApplicationStatus::Pending, 1)).await.unwrap_err();
+    assert!(matches!(err, ApiError::TooLarge { limit: 2_000, .. }), "{err:?}");
+    assert!(err.to_string().contains("larger than the 2000-byte limit"), "{err}");
+    assert_eq!(emu.state.requests().len(), 1);
+}
+
+/// Regression: a `page_count` that disagreed with `row_count` was believed, so a lying or broken
+/// server could make the crawl plan 2^64 pages. It is a protocol error now.
+#[tokio::test]
+async fn a_page_count_that_disagrees_is_a_protocol_error() {
+    let router = axum::Router::new().route(
+        "/api/public/v1/campaign_applications",
+        axum::routing::get(|| async {
+            axum::Json(serde_json::json!({
+                "data": [],
+                "meta": {"row_count": 5, "page_count": u64::MAX, "current_page": 1}
+            }))
+        }),
+    );
+    let base = serve(router).await;
+    let err = writes_client(&base, 3)
+        .list_applications(&ApplicationsQuery::page(ApplicationStatus::Pending, 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApiError::Protocol { .. }), "{err:?}");
+    assert!(err.to_string().contains("`page_count` 18446744073709551615 disagrees with `row_count` 5"), "{err}");
+    assert!(!err.is_transient());
+}
+
+/// Writes never follow a redirect: the write is refused with the redirect named, and nothing
+/// is sent where it points.
+#[tokio::test]
+async fn writes_follow_no_redirects() {
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = hits.clone();
+    let router = axum::Router::new()
+        .route(
+            "/api/public/v1/affiliate_sales/{id}",
+            axum::routing::patch(|| async {
+                (axum::http::StatusCode::TEMPORARY_REDIRECT, [(axum::http::header::LOCATION, "/elsewhere")])
+            }),
+        )
+        .route(
+            "/elsewhere",
+            axum::routing::patch(move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { "{}" }
+            }),
+        );
+    let base = serve(router).await;
+    let err =
+        writes_client(&base, 3).update_sale(1, &SaleUpdate { total: Some(1), ..Default::default() }).await.unwrap_err();
+    assert!(matches!(err.error, ApiError::Redirected { status: 307, .. }), "{err:?}");
+    assert!(!err.in_doubt);
+    assert!(err.error.to_string().contains("writes never follow redirects"), "{}", err.error);
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
 }

@@ -123,3 +123,38 @@ fn an_unreachable_service_fails_with_exit_1_after_retries() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("failed after 2 attempts") && stderr.contains("127.0.0.1:9"), "{stderr}");
 }
+
+/// Plain http to another machine would send the key in clear text: refused (exit 2) unless
+/// `--allow-insecure-http`; a URL with `user:pass@` is always refused. Loopback http is fine.
+#[test]
+fn insecure_base_urls_are_refused_before_anything_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("http://api.example.com/api/public/v1", "plain http to another machine"),
+        ("http://10.1.2.3/api/public/v1", "plain http to another machine"),
+        ("https://user:pass@api.example.com/api/public/v1", "must not hold a user name or password"),
+    ];
+    for (url, want) in cases {
+        let args = ["check", "--base-url", url];
+        let out = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+        assert_exit(&args, &out, 2);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{}", show(&args, &out));
+        assert!(!stderr.contains(FULL_KEY) && !stderr.contains("user:pass@api"), "the URL is not echoed: {stderr}");
+    }
+    // Allowed explicitly, the flag passes validation; loopback needs no flag.
+    let cli = |args: &[&str]| {
+        use clap::Parser;
+        creator_etl::cli::Cli::try_parse_from(args).unwrap()
+    };
+    let key = dir.path().join("key");
+    std::fs::write(&key, FULL_KEY).unwrap();
+    let key = key.to_str().unwrap();
+    let insecure = "http://10.1.2.3/api/public/v1";
+    let c = cli(&["creator-etl", "--api-key-file", key, "--allow-insecure-http", "--base-url", insecure, "check"]);
+    assert!(c.global.client_config().is_ok());
+    for url in ["http://127.0.0.1:9/api/public/v1", "http://localhost:9/v1", "http://[::1]:9/v1"] {
+        let c = cli(&["creator-etl", "--api-key-file", key, "--base-url", url, "check"]);
+        assert!(c.global.client_config().is_ok(), "{url}");
+    }
+}

@@ -119,8 +119,14 @@ fn every_named_query_answers_with_its_declared_columns() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "n\n800\n");
 }
 
-/// A virtualenv with `notebooks/requirements.txt` under the target directory, made once.
-fn notebook_python() -> PathBuf {
+/// A virtualenv with `notebooks/requirements.txt` under the target directory, made once. Tests
+/// that need it run in parallel, so the first one makes it and the others wait.
+pub(crate) fn notebook_python() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(make_notebook_venv).clone()
+}
+
+fn make_notebook_venv() -> PathBuf {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("notebook-venv");
     let python = venv.join("bin/python");
     let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks/requirements.txt");
@@ -138,9 +144,8 @@ fn notebook_python() -> PathBuf {
             String::from_utf8_lossy(&o.stderr)
         );
     };
-    if !python.exists() {
-        run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
-    }
+    // Without the stamp, an earlier attempt may have stopped half-way: start clean.
+    run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv));
     run(Command::new(&python)
         .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
         .arg(&requirements));

@@ -101,3 +101,114 @@ fn the_emulator_enforces_the_documented_spacing_with_the_documented_body() {
     child.kill().unwrap();
     let _ = child.wait();
 }
+
+/// The emulator never panics and never half-applies: any query values and bodies on any route
+/// get a 2xx or a 4xx, and a 4xx leaves every sale and payout as it was. (Regression:
+/// `page=9223372036854775807` overflowed the page offset, and a `total` near `i64::MAX` the
+/// commission arithmetic, both panics in debug builds.)
+#[test]
+fn arbitrary_requests_get_a_4xx_and_change_nothing() {
+    use creator_etl::emulator::EmulatorConfig;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
+    let emu = TestEmu::start(EmulatorConfig::for_tests(30));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let http = reqwest::Client::new();
+    let value = prop_oneof![
+        Just("9223372036854775807".to_owned()),
+        Just("-9223372036854775808".to_owned()),
+        Just("99999999999999999999999".to_owned()),
+        Just("0".to_owned()),
+        Just("-1".to_owned()),
+        Just("1".to_owned()),
+        Just("101".to_owned()),
+        Just("01/01/0000".to_owned()),
+        Just("12/31/9999".to_owned()),
+        Just("02/30/2025".to_owned()),
+        Just("2025-01-01".to_owned()),
+        Just("pending".to_owned()),
+        Just("true".to_owned()),
+        "[ -~]{0,12}",
+    ];
+    let json = prop_oneof![
+        Just(serde_json::json!(i64::MAX)),
+        Just(serde_json::json!(i64::MIN)),
+        Just(serde_json::json!(9_223_372_036_854_775_807u64)),
+        Just(serde_json::json!(1e300)),
+        Just(serde_json::json!(-5)),
+        Just(serde_json::json!(1250)),
+        Just(serde_json::json!(null)),
+        Just(serde_json::json!("cancelled")),
+        Just(serde_json::json!("usd")),
+        Just(serde_json::json!("2025-01-01")),
+        Just(serde_json::json!(253_402_300_800i64)),
+        Just(serde_json::json!({"nested": [1, 2]})),
+        "[ -~]{0,10}".prop_map(serde_json::Value::String),
+    ];
+    let field = prop::sample::select(vec![
+        "total",
+        "subtotal",
+        "commission",
+        "currency",
+        "status",
+        "occurred_at",
+        "due_at",
+        "customer_email",
+        "customer_name",
+        "sub_id",
+        "creator_payout_uuid",
+        "other",
+    ]);
+    let param = prop::sample::select(vec![
+        "status",
+        "page",
+        "per_page",
+        "campaign_id",
+        "start_date",
+        "end_date",
+        "limit",
+        "credits_only",
+        "creator_id",
+    ]);
+    let route = prop::sample::select(vec![
+        ("GET", "campaign_applications".to_owned()),
+        ("GET", "stats/content_24h_data".to_owned()),
+        ("GET", "stats/creator_payouts".to_owned()),
+        ("POST", "stats/mark_credit_payout".to_owned()),
+        ("PATCH", "affiliate_sales/7001".to_owned()),
+        ("PATCH", "affiliate_sales/7002".to_owned()),
+        ("PATCH", "affiliate_sales/9223372036854775807".to_owned()),
+        ("PATCH", "affiliate_sales/-1".to_owned()),
+    ]);
+    let body = prop_oneof![
+        prop::collection::btree_map(field, json, 0..5).prop_map(|m| serde_json::to_vec(&m).unwrap()),
+        prop::collection::vec(any::<u8>(), 0..40),
+    ];
+    let strategy = (route, prop::collection::vec((param, value), 0..6), body);
+    let mut runner = TestRunner::new(Config { cases: 400, failure_persistence: None, ..Config::default() });
+    runner
+        .run(&strategy, |((method, path), query, body)| {
+            let before = (emu.state.sales(), emu.state.payouts());
+            let url = reqwest::Url::parse_with_params(&format!("{}/{path}", emu.base_url), &query).unwrap();
+            let status = rt.block_on(async {
+                let mut req =
+                    http.request(method.parse().unwrap(), url).header("Authorization", format!("Bearer {FULL_KEY}"));
+                if method != "GET" {
+                    req = req.header("Content-Type", "application/json").body(body.clone());
+                }
+                req.send().await.map(|r| r.status().as_u16())
+            });
+            let status = status.map_err(|e| TestCaseError::fail(format!("no answer (a panic?): {e}")))?;
+            prop_assert!((200..500).contains(&status), "{method} {path} {query:?}: {status}");
+            if status >= 400 {
+                prop_assert!(
+                    (emu.state.sales(), emu.state.payouts()) == before,
+                    "{method} {path} {status} changed state; body {:?}",
+                    String::from_utf8_lossy(&body)
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+}

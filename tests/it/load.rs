@@ -264,8 +264,11 @@ fn a_crash_during_load_keeps_the_previous_state_and_a_rerun_converges() {
     // Killed between switching the first and the second table's Parquet.
     let o = run(&emu, &out, &[], &[("CREATOR_ETL_CRASH_AT", "export-after-first-table")]);
     assert_ne!(o.status.code(), Some(0), "{}", show(&[], &o));
-    let c = db(&out);
+    // Committed in the writer's file; the readers' snapshot is published when the export ends.
+    let c = duckdb::Connection::open(out.join("state/warehouse.duckdb")).unwrap();
     assert_eq!(count(&c, &format!("SELECT count(*) FROM applications WHERE id = {id} AND status = 'canceled'")), 1);
+    drop(c);
+    let c = db(&out);
     for t in exported_tables() {
         count(&c, &format!("SELECT count(*) FROM ({})", parquet_select(&out, t)));
         // every table stays readable
@@ -326,4 +329,139 @@ fn the_data_dictionary_covers_the_warehouse() {
         }
     }
     assert!(missing.is_empty(), "not in the README's data dictionary: {missing:?}");
+}
+
+/// Runs `script` with the notebooks' Python, its stdin and stdout piped.
+fn python(script: &str, args: &[&str]) -> std::process::Child {
+    std::process::Command::new(crate::demo::notebook_python())
+        .args(["-c", script])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Analysts never block the scheduled load: a Python `duckdb` read-only connection held open on
+/// the warehouse across a whole `run`. The run succeeds; the reader keeps its snapshot, and sees
+/// the new run when it reconnects.
+#[test]
+fn a_reader_holding_the_warehouse_never_blocks_a_run() {
+    use std::io::{BufRead, BufReader, Write};
+    const READER: &str = r#"
+import sys, duckdb
+path = sys.argv[1]
+runs = lambda c: c.execute("SELECT count(*) FROM runs").fetchall()[0][0]
+c = duckdb.connect(path, read_only=True)
+print(runs(c), flush=True)
+sys.stdin.readline()
+print(runs(c), flush=True)
+c.close()
+c = duckdb.connect(path, read_only=True)
+print(runs(c), flush=True)
+"#;
+    let emu = TestEmu::start(EmulatorConfig::for_tests(150));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    assert_exit(&[], &run(&emu, &out, &["--since-days", "10"], &[]), 0);
+    let mut reader = python(READER, &[out.join("warehouse.duckdb").to_str().unwrap()]);
+    let mut lines = BufReader::new(reader.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "1", "the reader is connected");
+    let o = run(&emu, &out, &[], &[]);
+    assert_exit(&[], &o, 0);
+    reader.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let status = reader.wait().unwrap();
+    assert!(status.success(), "reader failed: {rest:?}");
+    assert_eq!(rest, ["1", "2"], "the old snapshot until it reconnects, then the new run");
+}
+
+/// A process holding the writer's own file (not the readers' snapshot) is found before the
+/// extract spends a request: exit 5, naming the process.
+#[test]
+fn a_held_writer_file_fails_the_run_before_any_request() {
+    use std::io::{BufRead, BufReader};
+    const HOLDER: &str = r#"
+import sys, duckdb
+c = duckdb.connect(sys.argv[1], read_only=True)
+print("holding", flush=True)
+sys.stdin.readline()
+"#;
+    let emu = TestEmu::start(EmulatorConfig::for_tests(50));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    assert_exit(&[], &run(&emu, &out, &["--since-days", "5"], &[]), 0);
+    let mut holder = python(HOLDER, &[out.join("state/warehouse.duckdb").to_str().unwrap()]);
+    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "holding");
+    let before = emu.state.requests().len();
+    let o = run(&emu, &out, &[], &[]);
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    assert_exit(&[], &o, 5);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("is held by another process") && stderr.contains("PID"), "{stderr}");
+    assert_eq!(emu.state.requests().len(), before, "no request was spent");
+}
+
+/// A replaced Parquet version stays for the grace period, so a reader that listed it just
+/// before the switch can still open its files; after the grace period the next load removes
+/// it, and leftover staging directories go too.
+#[test]
+fn replaced_parquet_versions_stay_for_the_grace_period() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(100));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    assert_exit(&[], &run(&emu, &out, &["--since-days", "5"], &[]), 0);
+    let link = out.join("parquet/applications");
+    let first = out.join("parquet").join(std::fs::read_link(&link).unwrap());
+    let listed = files(&first);
+    assert!(!listed.is_empty());
+    assert_exit(&[], &run(&emu, &out, &[], &[]), 0);
+    assert_ne!(out.join("parquet").join(std::fs::read_link(&link).unwrap()), first, "a new version is current");
+    for f in &listed {
+        let (_, rows) = arrow_schema_and_rows(f);
+        assert!(rows > 0, "{} is still readable", f.display());
+    }
+    std::fs::create_dir_all(out.join(".staging/killed-run")).unwrap();
+    assert_exit(&[], &run(&emu, &out, &["--parquet-grace-s", "0"], &[]), 0);
+    assert!(!first.exists(), "past its grace period, the old version is removed");
+    let hidden = std::fs::read_dir(out.join("parquet"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with('.'))
+        .count();
+    assert_eq!(hidden, exported_tables().len(), "only the current versions are left");
+    assert!(!out.join(".staging").exists(), "leftover staging is cleaned");
+    assert_parquet_matches_duckdb(&out);
+}
+
+/// A landing that holds fewer applications than its extract reported (a damaged raw file) never
+/// replaces good tables.
+#[test]
+fn a_load_refuses_fewer_rows_than_the_extract_reported() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(100));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = run(&emu, &out, &["--since-days", "5"], &[]);
+    assert_exit(&[], &o, 0);
+    let run_id = serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["extract"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let report_path = out.join("runs").join(format!("{run_id}.json"));
+    let mut report: serde_json::Value = serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    let total = report["applications_total"].as_u64().unwrap();
+    report["applications_total"] = serde_json::json!(total + 10);
+    std::fs::write(&report_path, serde_json::to_vec(&report).unwrap()).unwrap();
+    let before = checksum(&db(&out), "applications");
+    let args = ["load", "--out", out.to_str().unwrap(), "--from-raw", &run_id];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 1);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!("its landing holds {total} applications, but its extract reported {}", total + 10)),
+        "{stderr}"
+    );
+    assert_eq!(checksum(&db(&out), "applications"), before);
 }
