@@ -614,19 +614,23 @@ fn back_to_back_applies_keep_the_mark_spacing() {
     assert_eq!(emu.state.requests().iter().filter(|r| r.status == 429).count(), 0);
 }
 
+/// An emulator, a temporary directory, and in it a file approving updates of the first two
+/// updatable sales to `totals`; with those sales' ids.
+fn two_sale_updates(totals: [i64; 2]) -> (TestEmu, tempfile::TempDir, PathBuf, Vec<i64>) {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(20));
+    let dir = tempfile::tempdir().unwrap();
+    let s = updatable_sales(&emu);
+    let rows: Vec<String> = s.iter().zip(totals).map(|(id, t)| format!("update_sale,yes,{id},,{t},,,,,,")).collect();
+    let file = write_csv(dir.path(), "two.csv", &rows);
+    (emu, dir, file, s)
+}
+
 /// Ctrl-C while an apply waits for the pacer (here an hourly cap of 1) stops it at once: the
 /// waiting row is `not_sent`, the exit is 130, and a rerun will send it.
 #[test]
 fn ctrl_c_interrupts_a_pacing_wait_during_apply() {
-    let emu = TestEmu::start(EmulatorConfig::for_tests(20));
-    let dir = tempfile::tempdir().unwrap();
+    let (emu, dir, file, s) = two_sale_updates([11, 12]);
     let out = dir.path().join("out");
-    let s = updatable_sales(&emu);
-    let file = write_csv(
-        dir.path(),
-        "c.csv",
-        &[format!("update_sale,yes,{},,11,,,,,,", s[0]), format!("update_sale,yes,{},,12,,,,,,", s[1])],
-    );
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_creator-etl"))
         .args(["actions", "apply", file.to_str().unwrap(), "--base-url", &emu.base_url, "--out", out.to_str().unwrap()])
         .args(["--hourly-cap", "1", "--cap-window-s", "3600", "--min-interval-ms", "0"])
@@ -656,15 +660,8 @@ fn ctrl_c_interrupts_a_pacing_wait_during_apply() {
 /// `run --actions` checks `--max-rows` before it fetches anything, like an invalid file.
 #[test]
 fn run_checks_the_actions_guards_before_fetching() {
-    let emu = TestEmu::start(EmulatorConfig::for_tests(20));
-    let dir = tempfile::tempdir().unwrap();
+    let (emu, dir, file, _) = two_sale_updates([100, 5]);
     let out = dir.path().join("out");
-    let s = updatable_sales(&emu);
-    let file = write_csv(
-        dir.path(),
-        "two.csv",
-        &[format!("update_sale,yes,{},,100,,,,,,", s[0]), format!("update_sale,yes,{},,5,,,,,,", s[1])],
-    );
     let args = [
         "run",
         "--base-url",
