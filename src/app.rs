@@ -104,9 +104,10 @@ pub async fn pipeline(
     let writable = load_config.out.clone();
     let checked_actions = actions.clone();
     tokio::task::spawn_blocking(move || -> Result<(), Error> {
-        crate::load::warehouse::check_writable(&writable)?;
-        if let Some((config, reviewed)) = &checked_actions {
-            crate::action::preflight(config, reviewed)?;
+        match &checked_actions {
+            // The journal lives in the writer's warehouse: opening it checks both.
+            Some((config, reviewed)) => crate::action::preflight(config, reviewed)?,
+            None => crate::load::warehouse::check_writable(&writable)?,
         }
         Ok(())
     })

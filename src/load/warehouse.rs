@@ -161,18 +161,21 @@ const WRITER_WAIT: Duration = Duration::from_secs(5);
 pub fn open_writer(out: &OutDir) -> Result<Connection, LoadError> {
     let path = writer_path(out);
     let legacy = published_path(out);
+    std::fs::create_dir_all(out.state_dir()).map_err(crate::out::io_err("create", &out.state_dir()))?;
     if !path.exists() && legacy.exists() {
-        std::fs::create_dir_all(out.state_dir()).map_err(crate::out::io_err("create", &out.state_dir()))?;
-        for suffix in ["", ".wal"] {
+        // Each file is copied aside and renamed into place, the database file last: a crash
+        // part-way leaves no writer file, and the next command adopts again.
+        for suffix in [".wal", ""] {
             let from = PathBuf::from(format!("{}{suffix}", legacy.display()));
             if from.exists() {
                 let to = PathBuf::from(format!("{}{suffix}", path.display()));
-                std::fs::copy(&from, &to).map_err(crate::out::io_err("adopt the warehouse", &from))?;
+                let tmp = PathBuf::from(format!("{}.adopting", to.display()));
+                std::fs::copy(&from, &tmp).map_err(crate::out::io_err("adopt the warehouse", &from))?;
+                std::fs::rename(&tmp, &to).map_err(crate::out::io_err("adopt the warehouse", &to))?;
             }
         }
         tracing::info!(from = %legacy.display(), to = %path.display(), "the writer now keeps its own warehouse file; readers use the snapshot");
     }
-    std::fs::create_dir_all(out.state_dir()).map_err(crate::out::io_err("create", &out.state_dir()))?;
     let started = Instant::now();
     let conn = loop {
         match Connection::open(&path) {
@@ -258,16 +261,17 @@ pub fn open_latest_read_only(out: &OutDir) -> Result<Option<(Connection, Option<
     if writer.exists() {
         match read_only(&writer) {
             Ok(c) => return Ok(Some((c, None))),
-            Err(e) if lock_holder(&e).is_some() && published.exists() => {
-                let note = format!(
-                    "a running command is writing the warehouse; this reads the snapshot published after the last command ({})",
-                    lock_holder(&e).unwrap_or_default()
-                );
-                let c = read_only(&published)
-                    .map_err(|e| LoadError::db(format!("open `{}` read-only", published.display()), e))?;
-                return Ok(Some((c, Some(note))));
-            }
-            Err(e) => return Err(LoadError::db(format!("open `{}` read-only", writer.display()), e)),
+            Err(e) => match lock_holder(&e) {
+                Some(holder) if published.exists() => {
+                    let note = format!(
+                        "a running command is writing the warehouse; this reads the snapshot published after the last command ({holder})"
+                    );
+                    let c = read_only(&published)
+                        .map_err(|e| LoadError::db(format!("open `{}` read-only", published.display()), e))?;
+                    return Ok(Some((c, Some(note))));
+                }
+                _ => return Err(LoadError::db(format!("open `{}` read-only", writer.display()), e)),
+            },
         }
     }
     if !published.exists() {

@@ -465,3 +465,21 @@ fn a_load_refuses_fewer_rows_than_the_extract_reported() {
     );
     assert_eq!(checksum(&db(&out), "applications"), before);
 }
+
+/// A warehouse of the layout before the readers' snapshot (only `OUT/warehouse.duckdb`, written
+/// by an older creator-etl) is adopted as the writer's on the next run, keeping its data.
+#[test]
+fn an_older_layouts_warehouse_is_adopted_with_its_data() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(60));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    assert_exit(&[], &run(&emu, &out, &["--since-days", "5"], &[]), 0);
+    // Make it look like the old layout: no writer file, and a row only the old file has.
+    std::fs::remove_file(out.join("state/warehouse.duckdb")).unwrap();
+    db(&out).execute_batch("INSERT INTO runs (run_id, status) VALUES ('from-the-old-layout', 'completed')").unwrap();
+    assert_exit(&[], &run(&emu, &out, &[], &[]), 0);
+    let c = db(&out);
+    assert_eq!(count(&c, "SELECT count(*) FROM runs WHERE run_id = 'from-the-old-layout'"), 1);
+    assert_eq!(count(&c, "SELECT count(*) FROM runs"), 3);
+    assert!(out.join("state/warehouse.duckdb").exists());
+}
