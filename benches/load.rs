@@ -111,6 +111,7 @@ fn main() {
             cohort_edges: DEFAULT_COHORT_EDGES.to_vec(),
             strict: false,
             parquet_grace: creator_etl::load::DEFAULT_PARQUET_GRACE,
+            lake: None,
         };
         let report = load_extracted(&config, extracted, None).expect("load");
         for (k, v) in report.stages_ms {

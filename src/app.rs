@@ -68,9 +68,30 @@ async fn load(args: &LoadArgs, global: &GlobalArgs) -> Result<u8, Error> {
     };
     let report: Option<ExtractReport> =
         std::fs::read(config.out.report_path(&run_id)).ok().and_then(|b| serde_json::from_slice(&b).ok());
-    let loaded = load_blocking(config, run_id, report).await?;
+    let (lake, out) = (config.lake.clone(), config.out.clone());
+    let mut loaded = load_blocking(config, run_id, report).await?;
+    if let Some(lake) = &lake {
+        loaded.lake = Some(push_to_lake(&out, lake).await?);
+    }
     print_json(&loaded)?;
     Ok(exit::OK)
+}
+
+/// Commits the organization's rows of every table to the lake ([`crate::load::lake`]): staged by
+/// DuckDB on a blocking thread, committed by delta-rs here.
+async fn push_to_lake(
+    out: &crate::out::OutDir,
+    lake: &crate::load::lake::LakeConfig,
+) -> Result<crate::load::lake::LakeReport, Error> {
+    let staged = out.root().join(".lake-staging");
+    let (o, org, dir) = (out.clone(), lake.org.clone(), staged.clone());
+    tokio::task::spawn_blocking(move || crate::load::lake::stage(&o, &org, &dir)).await.map_err(|e| Error::Io {
+        context: "the lake staging task failed".into(),
+        source: std::io::Error::other(e.to_string()),
+    })??;
+    let report = crate::load::lake::commit(lake, &staged).await?;
+    let _ = std::fs::remove_dir_all(&staged);
+    Ok(report)
 }
 
 /// What `run` prints: every stage's report.
@@ -117,11 +138,17 @@ pub async fn pipeline(
         source: std::io::Error::other(e.to_string()),
     })??;
     let extracted = crate::extract::run(config, client, stop.clone()).await?;
-    let loaded = load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone())).await?;
+    let lake = load_config.lake.clone();
+    let out = load_config.out.clone();
+    let mut loaded = load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone())).await?;
     let actions = match actions {
         Some((action_config, reviewed)) => Some(crate::action::apply(&action_config, &reviewed, client, stop).await?),
         None => None,
     };
+    // The lake gets the actions' results too, and its `runs` row last: the sync is complete.
+    if let Some(lake) = &lake {
+        loaded.lake = Some(push_to_lake(&out, lake).await?);
+    }
     Ok(RunReport { extract: extracted, load: loaded, actions })
 }
 

@@ -243,18 +243,55 @@ pub struct LoadOptions {
     /// its files just before
     #[arg(long, default_value_t = 3600, value_name = "S")]
     pub parquet_grace_s: u64,
+    /// Also write every table to this Delta Lake (`file:///path` or `s3://bucket/prefix`),
+    /// replacing only `--org`'s rows
+    #[arg(long, env = "CREATOR_ETL_LAKE", value_name = "URL")]
+    pub lake: Option<String>,
+    /// The organization whose data this is, a slug (`acme`, `brand-2`); required with `--lake`
+    #[arg(long, value_name = "NAME")]
+    pub org: Option<String>,
 }
 
 impl LoadOptions {
     pub fn config(&self, global: &GlobalArgs) -> Result<LoadConfig, Error> {
+        let mut problems = vec![];
         if let Err(e) = crate::transform::buckets(&self.cohort_edges) {
-            return Err(Error::Config(vec![format!("`--cohort-edges`: {e}")]));
+            problems.push(format!("`--cohort-edges`: {e}"));
+        }
+        let lake = match (&self.lake, &self.org) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                problems.push("`--org` names the organization in a lake; it goes with `--lake`".into());
+                None
+            }
+            (Some(_), None) => {
+                problems.push("`--lake` needs `--org NAME`: the organization whose rows this load replaces".into());
+                None
+            }
+            (Some(url), Some(org)) => {
+                if !crate::load::lake::valid_org(org) {
+                    problems.push(format!(
+                        "`--org` `{org}` is not a slug: lowercase letters, digits, `-` and `_`, at most 63 characters"
+                    ));
+                }
+                match lake_url(url) {
+                    Ok(url) => Some(crate::load::lake::LakeConfig { url, org: org.clone() }),
+                    Err(e) => {
+                        problems.push(e);
+                        None
+                    }
+                }
+            }
+        };
+        if !problems.is_empty() {
+            return Err(Error::Config(problems));
         }
         Ok(LoadConfig {
             out: OutDir::new(&global.out),
             cohort_edges: self.cohort_edges.clone(),
             strict: self.strict,
             parquet_grace: Duration::from_secs(self.parquet_grace_s),
+            lake,
         })
     }
 }
@@ -512,6 +549,22 @@ impl GlobalArgs {
             _ => Err(Error::Config(problems)),
         }
     }
+}
+
+/// A lake URL, checked: `file:///absolute/path` or `s3://bucket/prefix`, without a trailing slash.
+fn lake_url(raw: &str) -> Result<String, String> {
+    let bad = |why: &str| format!("`--lake` `{raw}` {why}; use `file:///absolute/path` or `s3://bucket/prefix`");
+    let url = Url::parse(raw).map_err(|e| bad(&format!("is not a URL ({e})")))?;
+    match url.scheme() {
+        "file" if url.path().len() > 1 && url.host_str().is_none_or(str::is_empty) => {}
+        "s3" if url.host_str().is_some_and(|h| !h.is_empty()) => {}
+        "file" | "s3" => return Err(bad("has no path or bucket")),
+        other => return Err(bad(&format!("has the scheme `{other}`"))),
+    }
+    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+        return Err(bad("must not carry a query, a fragment or credentials"));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
 }
 
 /// `localhost`, 127.0.0.0/8 or ::1: plain http there never leaves the machine.

@@ -100,6 +100,7 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
         cohort_edges: DEFAULT_COHORT_EDGES.to_vec(),
         strict: false,
         parquet_grace: crate::load::DEFAULT_PARQUET_GRACE,
+        lake: None,
     };
     let reviewed_path = root.join("examples").join("reviewed.csv");
     crate::out::write_atomic(&reviewed_path, EXAMPLE_REVIEWED_CSV.as_bytes())?;

@@ -16,6 +16,9 @@ fn init_tracing(global: &GlobalArgs) {
         (_, 1) => "warn",
         _ => "error",
     };
+    // delta-rs's kernel logs "No files in log segment" at ERROR whenever a lake table does not
+    // exist yet, which creator-etl then creates: not an error for our users.
+    let default = format!("{default},buoyant_kernel::snapshot::builder=off");
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match global.log_format {

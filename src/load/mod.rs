@@ -20,6 +20,7 @@
 //! applications or days than its extract reported is refused, so a damaged landing never
 //! replaces good tables.
 
+pub mod lake;
 pub mod warehouse;
 
 use std::collections::BTreeMap;
@@ -56,6 +57,8 @@ pub enum LoadError {
     Locked { path: String, holder: String },
     #[error("data quality: {0}")]
     Quality(String),
+    #[error("lake: {0}")]
+    Lake(String),
     #[error("refusing to load run `{run_id}`: its landing holds {found} {what}, but its extract reported {reported}; the raw files under `raw/{run_id}/` are incomplete, so the warehouse keeps its previous data. Run `creator-etl extract --fresh` (or `run`) to fetch it again")]
     Shrunk { run_id: String, what: &'static str, found: u64, reported: u64 },
     #[error(transparent)]
@@ -84,6 +87,8 @@ pub struct LoadConfig {
     pub strict: bool,
     /// How long a Parquet version stays after it stops being current.
     pub parquet_grace: std::time::Duration,
+    /// Also commit every table to this Delta Lake, as this organization ([`lake`]).
+    pub lake: Option<lake::LakeConfig>,
 }
 
 /// Data-quality findings of a load; fatal only with `--strict`.
@@ -110,6 +115,9 @@ pub struct LoadReport {
     pub quality: QualityReport,
     /// Milliseconds per step: `read_state`, `transform`, `stage`, `transaction`, `export`, `total`.
     pub stages_ms: BTreeMap<String, u64>,
+    /// With `--lake`: what was committed there (after the actions, in `run`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lake: Option<lake::LakeReport>,
 }
 
 /// `WHERE` clause of the applications a run does not cover, which the load keeps.
@@ -423,6 +431,7 @@ pub fn load_extracted(
         rows,
         quality,
         stages_ms,
+        lake: None,
     })
 }
 

@@ -1,0 +1,230 @@
+//! The shared lake: every warehouse table as a Delta table under `--lake URL`
+//! (`file:///path` or `s3://bucket/prefix`), written with delta-rs so that many processes and
+//! engines can share it.
+//!
+//! A load first goes into the DuckDB warehouse as always (one organization per `--out`). Then
+//! each table's rows of that organization are staged as Parquet by DuckDB, read back as Arrow,
+//! and committed to `<lake>/<table>` as one Delta overwrite with the predicate
+//! `organization = '<org>'`: exactly that organization's rows are replaced, atomically, and
+//! every other organization's rows stay. Tables are partitioned by `organization` (and
+//! `content_daily` and `wow_deltas` also by `year`), so organizations' commits touch disjoint
+//! files. `runs` is committed last: its row for a run is the marker that the organization's sync
+//! is complete.
+//!
+//! Concurrency is Delta's own: commits are atomic and conflicts are detected by the Delta log
+//! (on S3 through conditional writes). A commit that conflicts (two writers creating a table,
+//! or the same organization at once) is retried on a fresh snapshot with backoff, up to
+//! [`COMMIT_ATTEMPTS`]; after that the load fails (exit 1) and the table keeps its last
+//! committed version.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use deltalake::arrow::record_batch::RecordBatch;
+use deltalake::kernel::transaction::TransactionError;
+use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use deltalake::protocol::SaveMode;
+use deltalake::{DeltaTable, DeltaTableError};
+use serde::Serialize;
+
+use super::{warehouse, LoadError};
+use crate::out::{io_err, OutDir};
+
+/// Attempts of one table's commit before a conflict is final.
+pub const COMMIT_ATTEMPTS: u32 = 10;
+
+/// Where the lake is and whose rows a load replaces.
+#[derive(Clone, Debug)]
+pub struct LakeConfig {
+    /// `file:///…` or `s3://…`, without a trailing slash.
+    pub url: String,
+    /// The organization's slug: the value of every row's `organization` column.
+    pub org: String,
+}
+
+/// What a lake commit did; part of the load report.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LakeReport {
+    pub url: String,
+    pub organization: String,
+    /// The Delta version each table is at after this load's commit.
+    pub versions: BTreeMap<String, u64>,
+    /// Rows of this organization written per table.
+    pub rows: BTreeMap<String, u64>,
+    /// Commits retried after a conflict.
+    pub conflicts_retried: u32,
+}
+
+/// Every table of the lake, in commit order: `runs` last, as the completion marker.
+pub fn tables() -> Vec<&'static str> {
+    let mut t = warehouse::exported_tables();
+    t.extend(["action_results", "runs"]);
+    t
+}
+
+/// Partition columns of a table in the lake.
+pub fn partition_columns(table: &str) -> &'static [&'static str] {
+    match table {
+        "content_daily" | "wow_deltas" => &["organization", "year"],
+        _ => &["organization"],
+    }
+}
+
+/// A valid organization slug: lowercase letters, digits, `-` and `_`, starting with a letter or
+/// digit, at most 63 characters. It is also a partition value and a predicate literal, so
+/// nothing else may appear in it.
+pub fn valid_org(org: &str) -> bool {
+    let mut chars = org.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && org.len() <= 63
+}
+
+/// Stages this organization's rows of every table as Parquet under `dir` (DuckDB, from the
+/// writer's warehouse). The caller holds the `--out` lock.
+pub fn stage(out: &OutDir, org: &str, dir: &Path) -> Result<(), LoadError> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+    let conn = warehouse::open_writer(out)?;
+    for table in tables() {
+        let year = if partition_columns(table).contains(&"year") { ", year(date) AS year" } else { "" };
+        let file = dir.join(format!("{table}.parquet")).display().to_string().replace('\'', "''");
+        conn.execute_batch(&format!(
+            "COPY (SELECT '{org}' AS organization, *{year} FROM {table}) TO '{file}' (FORMAT parquet);"
+        ))
+        .map_err(|e| LoadError::db(format!("stage `{table}` for the lake"), e))?;
+    }
+    Ok(())
+}
+
+fn read_batches(path: &Path) -> Result<Vec<RecordBatch>, LoadError> {
+    let lake_err = |e: String| LoadError::Lake(format!("read `{}`: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(io_err("open", path))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| lake_err(e.to_string()))?;
+    let schema = builder.schema().clone();
+    let reader = builder.build().map_err(|e| lake_err(e.to_string()))?;
+    let mut batches = reader.collect::<Result<Vec<_>, _>>().map_err(|e| lake_err(e.to_string()))?;
+    // An empty table still commits: its schema creates the Delta table, and the overwrite
+    // removes the organization's earlier rows.
+    if batches.is_empty() {
+        batches.push(RecordBatch::new_empty(schema));
+    }
+    Ok(batches)
+}
+
+/// Whether a failed commit lost a race and may succeed on a fresh snapshot.
+fn is_conflict(e: &DeltaTableError) -> bool {
+    matches!(
+        e,
+        DeltaTableError::VersionAlreadyExists(_)
+            | DeltaTableError::Transaction {
+                source: TransactionError::CommitConflict(_)
+                    | TransactionError::MaxCommitAttempts(_)
+                    | TransactionError::VersionAlreadyExists(_)
+            }
+    )
+}
+
+/// Replaces the organization's rows of one table: one Delta commit, retried on conflict.
+async fn commit_table(
+    lake: &LakeConfig,
+    table: &str,
+    batches: Vec<RecordBatch>,
+    report: &mut LakeReport,
+) -> Result<u64, LoadError> {
+    let url = format!("{}/{table}", lake.url);
+    let parsed = reqwest::Url::parse(&url).map_err(|e| LoadError::Lake(format!("`{url}` is not a URL: {e}")))?;
+    // delta-rs opens a local table only where its directory exists.
+    if let Ok(dir) = parsed.to_file_path() {
+        std::fs::create_dir_all(&dir).map_err(io_err("create the lake table directory", &dir))?;
+    }
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let result = async {
+            let mut t = DeltaTable::try_from_url(parsed.clone()).await?;
+            if t.version().is_none() {
+                // Created empty in a commit of its own: two creators racing only declare the
+                // same empty table twice. A creation that also carried rows would commit
+                // without reading anything, so Delta could not see a concurrent writer's rows
+                // (two such commits both went through, and the organization's rows doubled).
+                let empty = RecordBatch::new_empty(batches[0].schema());
+                t = t
+                    .write(vec![empty])
+                    .with_save_mode(SaveMode::Ignore)
+                    .with_partition_columns(partition_columns(table).iter().copied())
+                    .await?;
+            }
+            // Against an existing snapshot, the overwrite reads `organization = '<org>'`: a
+            // concurrent commit that added rows there is a conflict, retried below.
+            t.write(batches.clone())
+                .with_save_mode(SaveMode::Overwrite)
+                .with_replace_where(format!("organization = '{}'", lake.org))
+                .with_partition_columns(partition_columns(table).iter().copied())
+                .await
+        }
+        .await;
+        match result {
+            Ok(t) => return Ok(t.version().unwrap_or_default()),
+            Err(e) if is_conflict(&e) && attempt < COMMIT_ATTEMPTS => {
+                report.conflicts_retried += 1;
+                let wait = Duration::from_millis(50u64 << attempt.min(6)) + Duration::from_millis(fastrand::u64(0..50));
+                tracing::info!(table, attempt, wait_ms = wait.as_millis() as u64, error = %e, "lake commit conflicted; retrying on a fresh snapshot");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => {
+                let tries =
+                    if is_conflict(&e) { format!(" after {attempt} conflicting attempts") } else { String::new() };
+                return Err(LoadError::Lake(format!(
+                    "cannot commit `{table}` to `{url}`{tries}: {e}; the table keeps its last committed version"
+                )));
+            }
+        }
+    }
+}
+
+/// Commits this organization's rows of every staged table to the lake, `runs` last.
+pub async fn commit(lake: &LakeConfig, staged: &Path) -> Result<LakeReport, LoadError> {
+    // S3 URLs are handled by delta-rs's AWS integration (standard AWS configuration).
+    deltalake::aws::register_handlers(None);
+    let mut report = LakeReport { url: lake.url.clone(), organization: lake.org.clone(), ..Default::default() };
+    for table in tables() {
+        let batches = read_batches(&staged.join(format!("{table}.parquet")))?;
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let version = commit_table(lake, table, batches, &mut report).await?;
+        report.rows.insert(table.to_owned(), rows);
+        report.versions.insert(table.to_owned(), version);
+        if table == "applications" {
+            crate::out::crash_point("lake-after-first-table");
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_is_committed_last_and_every_table_is_partitioned_by_organization() {
+        let t = tables();
+        assert_eq!(t.last(), Some(&"runs"), "the completion marker goes last");
+        assert_eq!(t.len(), 9, "{t:?}");
+        for table in t {
+            assert_eq!(partition_columns(table)[0], "organization");
+        }
+        assert_eq!(partition_columns("content_daily"), ["organization", "year"]);
+    }
+
+    #[test]
+    fn organization_slugs() {
+        for ok in ["acme", "brand-2", "a_b", "9lives"] {
+            assert!(valid_org(ok), "{ok}");
+        }
+        // Also a partition value and a predicate literal: nothing that could escape either.
+        for bad in ["", "Acme", "-x", "a b", "a'b", "a/b", "a=b", &"x".repeat(64)] {
+            assert!(!valid_org(bad), "{bad}");
+        }
+    }
+}

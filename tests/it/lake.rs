@@ -1,0 +1,260 @@
+//! The shared lake on the local filesystem: several processes loading organizations into one
+//! Delta Lake at once, read back by Python `deltalake` (delta-rs's Python package, not our
+//! code), every table and every version.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use creator_etl::emulator::EmulatorConfig;
+
+use crate::util::*;
+
+/// Per table: the current version, rows per organization, and whether every version reads.
+const READ_LAKE: &str = r#"
+import sys, json
+from deltalake import DeltaTable
+lake, tables = sys.argv[1], sys.argv[2].split(",")
+out = {}
+for t in tables:
+    dt = DeltaTable(f"{lake}/{t}")
+    counts = {}
+    for o in dt.to_pyarrow_table(columns=["organization"]).column("organization").to_pylist():
+        counts[o] = counts.get(o, 0) + 1
+    for v in range(dt.version() + 1):
+        DeltaTable(f"{lake}/{t}", version=v).to_pyarrow_table()
+    out[t] = {"version": dt.version(), "rows": counts}
+print(json.dumps(out), flush=True)
+# deltalake 1.6.6 sometimes aborts while the interpreter tears down ("terminate called without
+# an active exception"), after all the work is done: leave without the teardown.
+import os
+os._exit(0)
+"#;
+
+fn read_lake(lake: &str, envs: &[(String, String)]) -> serde_json::Value {
+    let tables = creator_etl::load::lake::tables().join(",");
+    let o = Command::new(crate::demo::notebook_python())
+        .args(["-c", READ_LAKE, lake, &tables])
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "deltalake could not read the lake:\n{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// An organization's rows of a table, as `read_lake` reported them (none: 0).
+fn rows(got: &serde_json::Value, table: &str, org: &str) -> i64 {
+    got[table]["rows"][org].as_i64().unwrap_or(0)
+}
+
+fn spawn_load(out: &Path, lake: &str, org: &str, envs: &[(String, String)]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_creator-etl"))
+        .args(["load", "--out", out.to_str().unwrap(), "--lake", lake, "--org", org])
+        .env_remove("CREATOR_ETL_LAKE")
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A local S3 server (`moto_server`, from PyPI) on a free port, with a bucket `lake`, and the
+/// standard AWS variables that point at it. Killed on drop.
+struct Moto {
+    child: Child,
+    envs: Vec<(String, String)>,
+}
+
+impl Moto {
+    fn start() -> Moto {
+        use std::io::{BufRead, BufReader};
+        let python = crate::demo::notebook_python();
+        let server = python.with_file_name("moto_server");
+        let mut child =
+            Command::new(server).args(["-p", "0"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        // Its log goes to stderr, one line per request: read the address, then keep draining.
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("http://127.0.0.1:").nth(1) {
+                    let _ = tx.send(rest.trim().to_owned());
+                }
+            }
+        });
+        let port = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("moto_server printed its address");
+        let envs: Vec<(String, String)> = [
+            ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
+            ("AWS_ACCESS_KEY_ID", "test".into()),
+            ("AWS_SECRET_ACCESS_KEY", "test".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let o = Command::new(&python)
+            .args(["-c", "import boto3; boto3.client('s3').create_bucket(Bucket='lake')"])
+            .envs(envs.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "create the bucket: {}", String::from_utf8_lossy(&o.stderr));
+        Moto { child, envs }
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Rows per table in an organization's own DuckDB warehouse: what the lake must hold for it.
+fn warehouse_rows(out: &Path) -> std::collections::BTreeMap<String, i64> {
+    let c = duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap();
+    creator_etl::load::lake::tables()
+        .into_iter()
+        .map(|t| (t.to_owned(), c.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0)).unwrap()))
+        .collect()
+}
+
+/// Extracts one organization's data into its own `--out` (no lake yet).
+fn extract(emu: &TestEmu, out: &Path) {
+    let args = ["run", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "--since-days", "20"];
+    let o = run_bin(out.parent().unwrap(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+    assert_exit(&args, &o, 0);
+}
+
+/// Four processes, each loading another organization into the same lake at the same time: every
+/// organization's rows are all there, once, and the Delta log reads at every version. Loading
+/// one organization again replaces only its rows.
+fn four_organizations_at_once(lake: &str, envs: &[(String, String)]) {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(120));
+    let dir = tempfile::tempdir().unwrap();
+    let outs: Vec<_> = (0..4).map(|i| dir.path().join(format!("out{i}"))).collect();
+    for out in &outs {
+        extract(&emu, out);
+    }
+    let children: Vec<Child> =
+        outs.iter().enumerate().map(|(i, out)| spawn_load(out, lake, &format!("org-{i}"), envs)).collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert_exit(&["load", "--lake"], &o, 0);
+        let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(report["lake"]["versions"]["runs"].is_u64(), "{report}");
+    }
+    let want = warehouse_rows(&outs[0]);
+    let got = read_lake(lake, envs);
+    for (table, n) in &want {
+        for i in 0..4 {
+            let org = format!("org-{i}");
+            assert_eq!(rows(&got, table, &org), *n, "{table} rows of {org}: {}", got[table]);
+        }
+    }
+    assert!(want["applications"] > 0 && want["content_daily"] > 0);
+    // Org 1 again, with one more run in its warehouse: only its rows change.
+    extract(&emu, &outs[1]);
+    let o = spawn_load(&outs[1], lake, "org-1", envs).wait_with_output().unwrap();
+    assert_exit(&["load"], &o, 0);
+    let again = read_lake(lake, envs);
+    assert_eq!(rows(&again, "runs", "org-1"), warehouse_rows(&outs[1])["runs"]);
+    assert_eq!(rows(&again, "runs", "org-1"), 2);
+    for i in [0, 2, 3] {
+        let org = format!("org-{i}");
+        assert_eq!(rows(&again, "runs", &org), 1, "{org} untouched");
+        assert_eq!(rows(&again, "applications", &org), want["applications"]);
+    }
+}
+
+#[test]
+fn four_organizations_load_one_local_lake_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    four_organizations_at_once(&format!("file://{}", dir.path().join("lake").display()), &[]);
+}
+
+#[test]
+fn four_organizations_load_one_s3_lake_at_once() {
+    let moto = Moto::start();
+    four_organizations_at_once("s3://lake/creator-etl", &moto.envs);
+}
+
+/// The same organization from two processes at once: they serialize through Delta's conflict
+/// detection (or one fails clearly); no table mixes their rows.
+#[test]
+fn the_same_organization_twice_at_once_never_mixes() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(80));
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    extract(&emu, &a);
+    extract(&emu, &b);
+    extract(&emu, &b);
+    let (ca, cb) = (spawn_load(&a, &lake, "acme", &[]), spawn_load(&b, &lake, "acme", &[]));
+    let (oa, ob) = (ca.wait_with_output().unwrap(), cb.wait_with_output().unwrap());
+    for o in [&oa, &ob] {
+        let code = o.status.code();
+        assert!(code == Some(0) || code == Some(1), "{}", show(&[], o));
+        if code == Some(1) {
+            assert!(String::from_utf8_lossy(&o.stderr).contains("lake: cannot commit"), "{}", show(&[], o));
+        }
+    }
+    let got = read_lake(&lake, &[]);
+    let (ra, rb) = (warehouse_rows(&a), warehouse_rows(&b));
+    // `runs` differs between the two (1 run against 2): the lake holds one or the other, whole.
+    let runs = rows(&got, "runs", "acme");
+    assert!(runs == ra["runs"] || runs == rb["runs"], "runs mixed: {runs} from {} or {}", ra["runs"], rb["runs"]);
+    for (table, n) in ra.iter().filter(|(t, _)| *t != "runs") {
+        assert_eq!(rows(&got, table, "acme"), *n, "{table}: the same data from either process");
+    }
+}
+
+/// A process killed between two table commits leaves every table readable at a committed
+/// version, and the next load completes.
+#[test]
+fn a_load_killed_mid_commit_leaves_the_lake_readable_and_the_next_completes() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(60));
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let out = dir.path().join("out");
+    extract(&emu, &out);
+    let crash = [("CREATOR_ETL_CRASH_AT".to_owned(), "lake-after-first-table".to_owned())];
+    let o = spawn_load(&out, &lake, "acme", &crash).wait_with_output().unwrap();
+    assert!(!o.status.success(), "{}", show(&[], &o));
+    let tables = creator_etl::load::lake::tables();
+    let probe = Command::new(crate::demo::notebook_python())
+        .args([
+            "-c",
+            "import sys, os\nfrom deltalake import DeltaTable\nprint(DeltaTable(sys.argv[1]).to_pyarrow_table().num_rows, flush=True)\nos._exit(0)",
+        ])
+        .arg(format!("{lake}/{}", tables[0]))
+        .output()
+        .unwrap();
+    assert!(probe.status.success(), "the committed table reads: {}", String::from_utf8_lossy(&probe.stderr));
+    assert!(!dir.path().join("lake/runs").exists(), "no completion marker for the killed load");
+    let o = spawn_load(&out, &lake, "acme", &[]).wait_with_output().unwrap();
+    assert_exit(&["load"], &o, 0);
+    let got = read_lake(&lake, &[]);
+    for (table, n) in warehouse_rows(&out) {
+        assert_eq!(rows(&got, &table, "acme"), n, "{table}");
+    }
+}
+
+/// Bad lake flags are usage errors before anything is done.
+#[test]
+fn lake_flags_are_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let cases: [(&[&str], &str); 4] = [
+        (&["--lake", "file:///tmp/x"], "`--lake` needs `--org NAME`"),
+        (&["--org", "acme"], "`--org` names the organization in a lake"),
+        (&["--lake", "ftp://host/x", "--org", "acme"], "has the scheme `ftp`"),
+        (&["--lake", "file:///tmp/x", "--org", "Acme Inc"], "is not a slug"),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["load", "--out", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = run_bin(dir.path(), &args, &[]);
+        assert_exit(&args, &o, 2);
+        assert!(String::from_utf8_lossy(&o.stderr).contains(want), "{}", show(&args, &o));
+    }
+}
