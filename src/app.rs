@@ -48,15 +48,25 @@ pub(crate) fn stop_signal() -> watch::Receiver<bool> {
     rx
 }
 
-/// Loads on a blocking thread: DuckDB and Polars work synchronously.
-async fn load_blocking(config: LoadConfig, run_id: String, report: Option<ExtractReport>) -> Result<LoadReport, Error> {
-    tokio::task::spawn_blocking(move || crate::load::run(&config, &run_id, report.as_ref()))
+/// Runs `work` on a blocking thread (DuckDB and Polars work synchronously); `what` names it if
+/// the thread itself fails.
+async fn blocking<T, E>(what: &str, work: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, Error>
+where
+    T: Send + 'static,
+    E: Into<Error> + Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| Error::Io {
-            context: "the load task failed".into(),
+            context: format!("the {what} task failed"),
             source: std::io::Error::other(e.to_string()),
         })?
-        .map_err(Error::from)
+        .map_err(Into::into)
+}
+
+/// Loads on a blocking thread.
+async fn load_blocking(config: LoadConfig, run_id: String, report: Option<ExtractReport>) -> Result<LoadReport, Error> {
+    blocking("load", move || crate::load::run(&config, &run_id, report.as_ref())).await
 }
 
 async fn load(args: &LoadArgs, global: &GlobalArgs) -> Result<u8, Error> {
@@ -85,10 +95,7 @@ async fn push_to_lake(
 ) -> Result<crate::load::lake::LakeReport, Error> {
     let staged = out.root().join(".lake-staging");
     let (o, org, dir) = (out.clone(), lake.org.clone(), staged.clone());
-    tokio::task::spawn_blocking(move || crate::load::lake::stage(&o, &org, &dir)).await.map_err(|e| Error::Io {
-        context: "the lake staging task failed".into(),
-        source: std::io::Error::other(e.to_string()),
-    })??;
+    blocking("lake staging", move || crate::load::lake::stage(&o, &org, &dir)).await?;
     let report = crate::load::lake::commit(lake, &staged).await?;
     let _ = std::fs::remove_dir_all(&staged);
     Ok(report)
@@ -124,7 +131,7 @@ pub async fn pipeline(
     // file must pass its guards.
     let writable = load_config.out.clone();
     let checked_actions = actions.clone();
-    tokio::task::spawn_blocking(move || -> Result<(), Error> {
+    blocking("preflight", move || -> Result<(), Error> {
         match &checked_actions {
             // The journal lives in the writer's warehouse: opening it checks both.
             Some((config, reviewed)) => crate::action::preflight(config, reviewed)?,
@@ -132,11 +139,7 @@ pub async fn pipeline(
         }
         Ok(())
     })
-    .await
-    .map_err(|e| Error::Io {
-        context: "the preflight task failed".into(),
-        source: std::io::Error::other(e.to_string()),
-    })??;
+    .await?;
     let extracted = crate::extract::run(config, client, stop.clone()).await?;
     let lake = load_config.lake.clone();
     let out = load_config.out.clone();
