@@ -85,6 +85,8 @@ pub struct Intent {
 
 pub struct Journal {
     conn: Connection,
+    /// The table has the scope columns (schema version 3); a plan may read an older warehouse.
+    scoped: bool,
 }
 
 fn db(context: &'static str) -> impl FnOnce(duckdb::Error) -> ActionError {
@@ -94,7 +96,8 @@ fn db(context: &'static str) -> impl FnOnce(duckdb::Error) -> ActionError {
 impl Journal {
     /// Opens the warehouse's journal for writing, migrating the warehouse if needed.
     pub fn open(out: &OutDir) -> Result<Self, ActionError> {
-        Ok(Journal { conn: warehouse::open_writer(out)? })
+        // The writer's warehouse is migrated when it opens: it always has the scope columns.
+        Ok(Journal { conn: warehouse::open_writer(out)?, scoped: true })
     }
 
     /// Opens it read-only, for a plan; `None` when there is no warehouse (nothing applied yet).
@@ -111,18 +114,21 @@ impl Journal {
                 |r| r.get(0),
             )
             .map_err(db("look for the journal"))?;
-        Ok(has_journal.then_some((Journal { conn }, note)))
+        if !has_journal {
+            return Ok(None);
+        }
+        let scoped = Self::has_scope_columns(&conn)?;
+        Ok(Some((Journal { conn, scoped }, note)))
     }
 
-    fn scoped(&self) -> Result<bool, ActionError> {
-        self.conn
-            .query_row(
-                "SELECT count(*) > 0 FROM information_schema.columns \
+    fn has_scope_columns(conn: &Connection) -> Result<bool, ActionError> {
+        conn.query_row(
+            "SELECT count(*) > 0 FROM information_schema.columns \
                  WHERE table_name = 'action_journal' AND column_name = 'service'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(db("read the journal"))
+            [],
+            |r| r.get(0),
+        )
+        .map_err(db("read the journal"))
     }
 
     /// What is known of a row.
@@ -141,7 +147,7 @@ impl Journal {
     fn known_rows(&self, fingerprint: Option<&str>, scope: &Scope) -> Result<HashMap<String, Known>, ActionError> {
         // A plan may read a version-2 warehouse (before the first apply of this version), which
         // has no scope columns: all its rows count for every scope.
-        let scoped = self.scoped()?;
+        let scoped = self.scoped;
         let in_scope = if scoped { IN_SCOPE } else { "true" };
         let filter = if fingerprint.is_some() { "AND fingerprint = ?" } else { "" };
         let sql = format!(
