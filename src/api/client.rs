@@ -379,9 +379,7 @@ impl Client {
         let fetched: Fetched<ApplicationsPage> =
             self.execute(Endpoint::ListApplications, Method::GET, "campaign_applications", query, None).await?;
         if let Err(reason) = check_page(&fetched.value, q.per_page) {
-            let mut url = self.inner.base.join(&fetched.path).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-            url.query_pairs_mut().extend_pairs(fetched.query.iter());
-            return Err(ApiError::Protocol { url: url.to_string(), reason });
+            return Err(ApiError::Protocol { url: self.url(&fetched.path, &fetched.query)?.to_string(), reason });
         }
         Ok(fetched)
     }
@@ -491,6 +489,15 @@ impl Client {
         }
     }
 
+    /// The URL of a request: `path` under the base URL, with the query (which never holds the key).
+    fn url(&self, path: &str, query: &[(String, String)]) -> Result<Url, ApiError> {
+        let mut url = self.inner.base.join(path).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query.iter());
+        }
+        Ok(url)
+    }
+
     /// Waits for `wait` unless a stop is requested first.
     async fn interruptible<F: std::future::Future>(&self, wait: F, url: &str) -> Result<F::Output, ApiError> {
         match &self.stop {
@@ -532,13 +539,10 @@ impl Client {
         write: bool,
     ) -> Attempts<T> {
         let inner = &*self.inner;
-        let mut url = match inner.base.join(path) {
+        let url = match self.url(path, &query) {
             Ok(u) => u,
-            Err(e) => return Attempts { result: Err(ApiError::InvalidRequest(e.to_string())), lost: false },
+            Err(e) => return Attempts { result: Err(e), lost: false },
         };
-        if !query.is_empty() {
-            url.query_pairs_mut().extend_pairs(query.iter());
-        }
         let shown = url.to_string();
         let span = tracing::debug_span!("request", endpoint = endpoint.name(), method = %method, url = %shown);
         let _guard = span.enter();
