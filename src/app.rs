@@ -28,7 +28,7 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         Command::Run(args) => run_all(args, &cli.global).await,
         Command::Actions(ActionsCommand::Plan(args)) => actions_plan(args, &cli.global),
         Command::Actions(ActionsCommand::Apply(args)) => actions_apply(args, &cli.global).await,
-        Command::Query(args) => query(args, &cli.global),
+        Command::Query(args) => query(args, &cli.global).await,
         Command::Demo(args) => {
             crate::demo::run(&crate::demo::DemoConfig::new(&cli.global, args.applications, args.seed)?).await
         }
@@ -170,9 +170,10 @@ async fn run_all(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
     Ok(report.exit_code())
 }
 
-fn query(args: &QueryArgs, global: &GlobalArgs) -> Result<u8, Error> {
+async fn query(args: &QueryArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let config = args.config(global)?;
-    print_text(&crate::query::render(&crate::query::run(&config)?, config.format)?)?;
+    let format = config.format;
+    print_text(&crate::query::render(&crate::query::run(config).await?, format)?)?;
     Ok(exit::OK)
 }
 

@@ -18,7 +18,8 @@ use crate::emulator::{EmulatorConfig, FaultConfig, GenConfig, Keys, RatePolicy};
 use crate::extract::ExtractConfig;
 use crate::load::LoadConfig;
 use crate::out::OutDir;
-use crate::query::{Format, QueryConfig};
+use crate::query::lake::LakeSource;
+use crate::query::{Format, QueryConfig, Source};
 use crate::Error;
 
 #[derive(Debug, Parser)]
@@ -146,12 +147,44 @@ pub struct QueryArgs {
     /// A parameter the query declares, as NAME=VALUE (repeatable), e.g. `--param days=30`
     #[arg(long = "param", value_name = "NAME=VALUE")]
     pub params: Vec<String>,
+    /// Query this Delta Lake's current snapshot (`file:///path` or `s3://bucket/prefix`) instead
+    /// of the warehouse; an `s3://` lake's files are cached under `OUT/lake-cache/`
+    #[arg(long, env = "CREATOR_ETL_LAKE", value_name = "URL")]
+    pub lake: Option<String>,
+    /// With `--lake`: only this organization's rows, with the warehouse's columns
+    #[arg(long, value_name = "NAME")]
+    pub org: Option<String>,
 }
 
 impl QueryArgs {
     pub fn config(&self, global: &GlobalArgs) -> Result<QueryConfig, Error> {
-        Ok(QueryConfig::new(global.out.join("warehouse.duckdb"), &self.query, &self.params, self.format)?)
+        let source = match (&self.lake, &self.org) {
+            (None, None) => Source::Warehouse(global.out.join("warehouse.duckdb")),
+            (None, Some(_)) => {
+                return Err(Error::Config(
+                    vec!["`--org` picks an organization in a lake; it goes with `--lake`".into()],
+                ))
+            }
+            (Some(url), org) => {
+                let mut problems = vec![];
+                if let Some(org) = org.as_deref().filter(|o| !crate::load::lake::valid_org(o)) {
+                    problems.push(not_a_slug(org));
+                }
+                let url = lake_url(url).map_err(|e| problems.push(e));
+                match url {
+                    Ok(url) if problems.is_empty() => {
+                        Source::Lake(LakeSource { url, org: org.clone(), cache: global.out.join("lake-cache") })
+                    }
+                    _ => return Err(Error::Config(problems)),
+                }
+            }
+        };
+        Ok(QueryConfig::new(source, &self.query, &self.params, self.format)?)
     }
+}
+
+fn not_a_slug(org: &str) -> String {
+    format!("`--org` `{org}` is not a slug: lowercase letters, digits, `-` and `_`, at most 63 characters")
 }
 
 #[derive(Debug, Subcommand)]
@@ -270,9 +303,7 @@ impl LoadOptions {
             }
             (Some(url), Some(org)) => {
                 if !crate::load::lake::valid_org(org) {
-                    problems.push(format!(
-                        "`--org` `{org}` is not a slug: lowercase letters, digits, `-` and `_`, at most 63 characters"
-                    ));
+                    problems.push(not_a_slug(org));
                 }
                 match lake_url(url) {
                     Ok(url) => Some(crate::load::lake::LakeConfig { url, org: org.clone() }),

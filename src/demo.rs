@@ -155,13 +155,14 @@ fn section(title: &str, body: &str) -> String {
 
 fn table(warehouse: &std::path::Path, name: &str, sql: &str) -> Result<String, Error> {
     let config = QueryConfig {
-        warehouse: warehouse.to_path_buf(),
+        source: query::Source::Warehouse(warehouse.to_path_buf()),
         name: name.to_owned(),
         sql: sql.to_owned(),
         params: vec![],
         format: Format::Table,
     };
-    Ok(query::render(&query::run(&config)?, Format::Table)?)
+    let conn = query::open_warehouse(warehouse)?;
+    Ok(query::render(&query::execute(&conn, &config)?, Format::Table)?)
 }
 
 /// The movers: the days of the last four weeks whose 7-day sums changed most on the week before.

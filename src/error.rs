@@ -83,7 +83,7 @@ impl Error {
                 exit::USAGE
             }
             Error::Action(ActionError::Out(OutError::Locked { .. })) => exit::LOCKED,
-            Error::Query(QueryError::Db(_)) => exit::FAILED,
+            Error::Query(QueryError::Db(_) | QueryError::Lake(_)) => exit::FAILED,
             Error::Query(_) => exit::USAGE,
             _ => exit::FAILED,
         }

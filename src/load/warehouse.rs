@@ -94,21 +94,10 @@ CREATE TABLE IF NOT EXISTS runs (
 
 /// Version 2: the actions journal (one row per sent action and run), every row's result, a
 /// warning count in `runs` (queries need not parse `warnings_json`), and `cohort_acceptance`
-/// with sizes and pending counts (`queries/cohort_acceptance.sql` reads it).
+/// with sizes and pending counts ([`VIEWS`]).
 const V2: &str = "
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS warnings BIGINT;
 UPDATE runs SET warnings = 0 WHERE warnings IS NULL;
-CREATE OR REPLACE VIEW cohort_acceptance AS
-SELECT bucket, bucket_min, bucket_max,
-       CAST(sum(applications) AS BIGINT) AS applications,
-       CAST(sum(creators) AS BIGINT) AS creators,
-       CAST(coalesce(sum(applications) FILTER (WHERE status = 'accepted'), 0) AS BIGINT) AS accepted,
-       CAST(coalesce(sum(applications) FILTER (WHERE status = 'rejected'), 0) AS BIGINT) AS rejected,
-       CAST(coalesce(sum(applications) FILTER (WHERE status = 'pending'), 0) AS BIGINT) AS pending,
-       CAST(sum(applications) FILTER (WHERE status = 'accepted') AS DOUBLE)
-         / nullif(sum(applications) FILTER (WHERE status IN ('accepted', 'rejected')), 0) AS acceptance_rate
-FROM post_count_cohorts
-GROUP BY bucket, bucket_min, bucket_max;
 CREATE TABLE IF NOT EXISTS action_journal (
     fingerprint VARCHAR NOT NULL, run_id VARCHAR NOT NULL, file VARCHAR NOT NULL, line BIGINT NOT NULL,
     row_id VARCHAR, action VARCHAR NOT NULL, target VARCHAR NOT NULL, body_json VARCHAR NOT NULL,
@@ -129,7 +118,12 @@ ALTER TABLE action_journal ADD COLUMN IF NOT EXISTS service VARCHAR;
 ALTER TABLE action_journal ADD COLUMN IF NOT EXISTS key_fingerprint VARCHAR;
 ";
 
-/// Acceptance rate per post-count bucket: accepted / (accepted + rejected).
+/// The views over the tables, as of the current schema (version 2 on): `cohort_acceptance`, which
+/// `queries/cohort_acceptance.sql` reads, with sizes, pending counts and the acceptance rate
+/// accepted / (accepted + rejected). The lake readers make them over their tables too.
+pub const VIEWS: &str = include_str!("views.sql");
+
+/// Acceptance rate per post-count bucket, as schema version 1 had it.
 const COHORT_ACCEPTANCE: &str = "
 CREATE OR REPLACE VIEW cohort_acceptance AS
 SELECT bucket, bucket_min, bucket_max,
@@ -317,6 +311,9 @@ pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
                 batch.push_str(&format!("CREATE TABLE IF NOT EXISTS {name} ({ddl});\n"));
             }
             batch.push_str(COHORT_ACCEPTANCE);
+        }
+        if *version == 2 {
+            batch.push_str(VIEWS);
         }
         batch.push_str(&format!("INSERT INTO schema_version VALUES ({version}, now());\nCOMMIT;"));
         if let Err(e) = conn.execute_batch(&batch) {

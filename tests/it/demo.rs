@@ -158,6 +158,9 @@ import sys, nbformat, nbclient
 nb = nbformat.read(sys.argv[1], as_version=4)
 client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}})
 client.execute()
+# What the first code cell printed (which data it reads).
+first = next(c for c in nb.cells if c.cell_type == "code")
+print("".join(o.get("text", "") for o in first.get("outputs", []) if o.get("output_type") == "stream"))
 images = sum(1 for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {}))
 print(f"executed {len(nb.cells)} cells, {images} figures")
 "#;
@@ -166,7 +169,35 @@ print(f"executed {len(nb.cells)} cells, {images} figures")
 /// failing cell fails the test. The committed notebooks carry no outputs.
 #[test]
 fn notebooks_run_top_to_bottom_against_the_demo_warehouse() {
-    let out = demo_out();
+    let warehouse = demo_out().join("warehouse.duckdb");
+    run_notebooks(&[("CREATOR_ETL_WAREHOUSE", warehouse.to_str().unwrap())], "reading the warehouse");
+}
+
+/// The same notebooks over the shared lake of two organizations, read with `deltalake` and
+/// queried by DuckDB over Arrow, one organization picked by `CREATOR_ETL_ORG`.
+#[test]
+fn notebooks_run_top_to_bottom_against_a_lake_of_two_organizations() {
+    let lake = two_org_lake();
+    run_notebooks(
+        &[("CREATOR_ETL_LAKE", &lake.url), ("CREATOR_ETL_ORG", "demo"), ("CREATOR_ETL_WAREHOUSE", "/nonexistent")],
+        "reading the lake file://",
+    );
+    // The helper's table list is the lake's, and a lake of several organizations needs one named.
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks");
+    let o = Command::new(notebook_python())
+        .current_dir(&helper)
+        .args(["-c", "import json, creator_etl_nb as nb\nprint(json.dumps(nb.LAKE_TABLES))\nnb.connect()"])
+        .env("CREATOR_ETL_LAKE", &lake.url)
+        .env_remove("CREATOR_ETL_ORG")
+        .output()
+        .unwrap();
+    let tables: Vec<String> = serde_json::from_slice(o.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(tables, creator_etl::load::lake::tables());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("the lake holds 2 organizations (demo, other)"), "{stderr}");
+}
+
+fn run_notebooks(envs: &[(&str, &str)], reading: &str) {
     let python = notebook_python();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks");
     let mut ran = 0;
@@ -184,7 +215,9 @@ fn notebooks_run_top_to_bottom_against_the_demo_warehouse() {
             .args(["-c", EXECUTE])
             .arg(&path)
             .arg(&dir)
-            .env("CREATOR_ETL_WAREHOUSE", out.join("warehouse.duckdb"))
+            .env_remove("CREATOR_ETL_LAKE")
+            .env_remove("CREATOR_ETL_ORG")
+            .envs(envs.iter().copied())
             .env("MPLBACKEND", "module://matplotlib_inline.backend_inline")
             .output()
             .unwrap();
@@ -197,7 +230,110 @@ fn notebooks_run_top_to_bottom_against_the_demo_warehouse() {
         );
         let stdout = String::from_utf8_lossy(&o.stdout);
         assert!(!stdout.contains(" 0 figures"), "{}: {stdout}", path.display());
+        assert!(stdout.contains(reading), "{}: {stdout}", path.display());
         ran += 1;
     }
     assert_eq!(ran, 3);
+}
+
+/// A lake of two organizations, made once: `demo` (a copy of the demo's output, loaded into it)
+/// and `other` (a second, smaller demo organization without actions).
+pub(crate) struct TwoOrgLake {
+    pub url: String,
+    /// The `--out` of each organization, whose warehouse the lake must agree with.
+    pub demo: PathBuf,
+    pub other: PathBuf,
+}
+
+pub(crate) fn two_org_lake() -> &'static TwoOrgLake {
+    static LAKE: OnceLock<TwoOrgLake> = OnceLock::new();
+    LAKE.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("lake2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let demo = dir.join("demo");
+        copy_dir(demo_out(), &demo);
+        let other = dir.join("other");
+        let args = ["demo", "--out", other.to_str().unwrap(), "--applications", "300", "--seed", "7"];
+        assert_exit(&args, &run_bin(&dir, &args, &[]), 0);
+        let url = format!("file://{}", dir.join("lake").display());
+        for (out, org) in [(&demo, "demo"), (&other, "other")] {
+            let args = ["load", "--out", out.to_str().unwrap(), "--lake", &url, "--org", org];
+            assert_exit(&args, &run_bin(&dir, &args, &[]), 0);
+        }
+        TwoOrgLake { url, demo, other }
+    })
+}
+
+/// A copy of an `--out` directory, symbolic links (the Parquet tables' current versions) kept.
+fn copy_dir(from: &Path, to: &Path) {
+    let o = Command::new("cp").arg("-a").arg(from).arg(to).output().unwrap();
+    assert!(o.status.success(), "cp -a: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Every named query over the lake with `--org` answers exactly as over that organization's own
+/// warehouse, including a table the organization has no rows in (`other` has no actions).
+#[test]
+fn named_queries_over_the_lake_answer_as_over_the_warehouse() {
+    let lake = two_org_lake();
+    let scratch = tempfile::tempdir().unwrap();
+    let cache_out = scratch.path().join("data");
+    for (org, out) in [("demo", &lake.demo), ("other", &lake.other)] {
+        for (name, _) in QUERIES {
+            let want = query(out, &[name, "--format", "csv"]);
+            assert_exit(&[name], &want, 0);
+            let args = [
+                "query",
+                name,
+                "--format",
+                "csv",
+                "--lake",
+                &lake.url,
+                "--org",
+                org,
+                "--out",
+                cache_out.to_str().unwrap(),
+            ];
+            let got = run_bin(scratch.path(), &args, &[]);
+            assert_exit(&args, &got, 0);
+            assert_eq!(String::from_utf8_lossy(&got.stdout), String::from_utf8_lossy(&want.stdout), "{org}: {name}");
+        }
+    }
+    // `CREATOR_ETL_LAKE` works as `--lake` does.
+    let args = ["query", "run_health", "--org", "other", "--out", cache_out.to_str().unwrap()];
+    let o = run_bin(scratch.path(), &args, &[("CREATOR_ETL_LAKE", &lake.url)]);
+    assert_exit(&args, &o, 0);
+}
+
+/// Over all organizations: the views add `organization`; the per-organization named queries ask
+/// for `--org`; unknown organizations and missing lakes are usage errors.
+#[test]
+fn a_lake_of_several_organizations_is_queried_by_organization() {
+    let lake = two_org_lake();
+    let scratch = tempfile::tempdir().unwrap();
+    let out = scratch.path().join("data");
+    let sql = scratch.path().join("per_org.sql");
+    std::fs::write(&sql, "SELECT organization, count(*) AS n FROM applications GROUP BY 1 ORDER BY 1").unwrap();
+    let lake_args = |extra: &[&str]| -> std::process::Output {
+        let mut args = vec!["query", "--lake", &lake.url, "--out", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        run_bin(scratch.path(), &args, &[])
+    };
+    let o = lake_args(&[sql.to_str().unwrap(), "--format", "csv"]);
+    assert_exit(&[], &o, 0);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "organization,n\ndemo,800\nother,300\n");
+    let o = lake_args(&["run_health"]);
+    assert_exit(&[], &o, 2);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("the lake holds 2 organizations (demo, other)") && stderr.contains("--org"), "{stderr}");
+    let o = lake_args(&["run_health", "--org", "nobody"]);
+    assert_exit(&[], &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("holds no rows of it; it holds demo, other"));
+    let missing = format!("file://{}", scratch.path().join("no-lake").display());
+    let args = ["query", "run_health", "--lake", &missing, "--org", "demo", "--out", out.to_str().unwrap()];
+    let o = run_bin(scratch.path(), &args, &[]);
+    assert_exit(&args, &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no lake table `applications`"), "{}", show(&args, &o));
+    let args = ["query", "run_health", "--org", "demo", "--out", out.to_str().unwrap()];
+    assert_exit(&args, &run_bin(scratch.path(), &args, &[]), 2);
 }

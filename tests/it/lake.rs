@@ -152,6 +152,7 @@ fn four_organizations_at_once(lake: &str, envs: &[(String, String)]) {
         }
     }
     assert!(want["applications"] > 0 && want["content_daily"] > 0);
+    query_matches_the_warehouse(lake, "org-2", &outs[2], envs);
     // Org 1 again, with one more run in its warehouse: only its rows change.
     extract(&emu, &outs[1]);
     let o = spawn_load(&outs[1], lake, "org-1", envs).wait_with_output().unwrap();
@@ -164,6 +165,28 @@ fn four_organizations_at_once(lake: &str, envs: &[(String, String)]) {
         assert_eq!(rows(&again, "runs", &org), 1, "{org} untouched");
         assert_eq!(rows(&again, "applications", &org), want["applications"]);
     }
+}
+
+/// `query --lake --org` answers as the organization's own warehouse; from S3 the second run
+/// reads the files it cached.
+fn query_matches_the_warehouse(lake: &str, org: &str, out: &Path, envs: &[(String, String)]) {
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let dir = out.parent().unwrap();
+    let q = dir.join("reader");
+    let want = run_bin(dir, &["query", "status_changes", "--format", "csv", "--out", out.to_str().unwrap()], &[]);
+    assert_exit(&["query"], &want, 0);
+    for _ in 0..2 {
+        let args =
+            ["query", "status_changes", "--format", "csv", "--lake", lake, "--org", org, "--out", q.to_str().unwrap()];
+        let got = run_bin(dir, &args, &envs);
+        assert_exit(&args, &got, 0);
+        assert_eq!(String::from_utf8_lossy(&got.stdout), String::from_utf8_lossy(&want.stdout));
+    }
+    // Data files are cached (by lake, then table) only from object storage.
+    let cached = std::fs::read_dir(q.join("lake-cache"))
+        .map(|dirs| dirs.flatten().any(|d| d.path().join("applications").is_dir()))
+        .unwrap_or(false);
+    assert_eq!(cached, lake.starts_with("s3://"), "only an object-storage lake is cached");
 }
 
 #[test]

@@ -86,7 +86,7 @@ pub async fn raw(method: &str, url: &str, key: Option<&str>, body: Option<&str>)
 pub fn run_bin(dir: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_creator-etl"));
     cmd.current_dir(dir).args(args);
-    for var in ["CREATOR_API_KEY", "CREATOR_API_BASE_URL", "CREATOR_ETL_OUT", "RUST_LOG"] {
+    for var in ["CREATOR_API_KEY", "CREATOR_API_BASE_URL", "CREATOR_ETL_OUT", "CREATOR_ETL_LAKE", "RUST_LOG"] {
         cmd.env_remove(var);
     }
     cmd.env("CREATOR_MIN_INTERVAL_MS", "0").env("CREATOR_HOURLY_CAP", "0");

@@ -1,5 +1,6 @@
 //! Named queries over the warehouse (`queries/*.sql`), run on a read-only connection and printed
-//! as a table (Arrow's pretty printer), CSV or JSON lines.
+//! as a table (Arrow's pretty printer), CSV or JSON lines. With `--lake`, the same queries run
+//! over the shared lake's current snapshot instead ([`lake`]).
 //!
 //! The SQL files are the single source: they are compiled into the binary, so `creator-etl query
 //! NAME` works from anywhere, and the notebooks read the same files from `queries/`.
@@ -15,16 +16,18 @@ use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::arrow::util::display::{ArrayFormatter, FormatOptions};
 use thiserror::Error;
 
+pub mod lake;
+
 /// The named queries, in `queries/`.
 pub const QUERIES: [(&str, &str); 8] = [
-    ("wow_latest", include_str!("../queries/wow_latest.sql")),
-    ("weekly_trend", include_str!("../queries/weekly_trend.sql")),
-    ("cohort_acceptance", include_str!("../queries/cohort_acceptance.sql")),
-    ("cohort_by_month", include_str!("../queries/cohort_by_month.sql")),
-    ("pending_queue", include_str!("../queries/pending_queue.sql")),
-    ("status_changes", include_str!("../queries/status_changes.sql")),
-    ("action_outcomes", include_str!("../queries/action_outcomes.sql")),
-    ("run_health", include_str!("../queries/run_health.sql")),
+    ("wow_latest", include_str!("../../queries/wow_latest.sql")),
+    ("weekly_trend", include_str!("../../queries/weekly_trend.sql")),
+    ("cohort_acceptance", include_str!("../../queries/cohort_acceptance.sql")),
+    ("cohort_by_month", include_str!("../../queries/cohort_by_month.sql")),
+    ("pending_queue", include_str!("../../queries/pending_queue.sql")),
+    ("status_changes", include_str!("../../queries/status_changes.sql")),
+    ("action_outcomes", include_str!("../../queries/action_outcomes.sql")),
+    ("run_health", include_str!("../../queries/run_health.sql")),
 ];
 
 #[derive(Debug, Error)]
@@ -43,6 +46,14 @@ pub enum QueryError {
     UnknownParam { name: String, takes: String },
     #[error("no warehouse at `{0}`; run `creator-etl run` (or `creator-etl demo`) first")]
     NoWarehouse(String),
+    #[error("no lake table `{table}` under `{url}`; load an organization into it first (`creator-etl load --lake … --org …`)")]
+    NoLake { url: String, table: String },
+    #[error("the lake holds {} organizations ({}); the named queries are per organization: add `--org NAME`", .0.len(), .0.join(", "))]
+    ManyOrganizations(Vec<String>),
+    #[error("`--org {org}`: the lake holds no rows of it; it holds {}", if .holds.is_empty() { "none yet".to_owned() } else { .holds.join(", ") })]
+    UnknownOrganization { org: String, holds: Vec<String> },
+    #[error("lake: {0}")]
+    Lake(String),
     #[error("query failed: {0}")]
     Db(String),
 }
@@ -64,10 +75,19 @@ pub enum Format {
     Json,
 }
 
+/// What a query reads.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A DuckDB warehouse file, opened read-only.
+    Warehouse(PathBuf),
+    /// The shared lake's current snapshot, resolved with [`lake::resolve`].
+    Lake(lake::LakeSource),
+}
+
 /// A validated query request.
 #[derive(Clone, Debug)]
 pub struct QueryConfig {
-    pub warehouse: PathBuf,
+    pub source: Source,
     pub name: String,
     pub sql: String,
     pub params: Vec<(String, String)>,
@@ -100,7 +120,7 @@ pub fn declared_columns(sql: &str) -> Vec<String> {
 
 impl QueryConfig {
     /// Resolves a name or a file and validates the parameters against its `-- params:` line.
-    pub fn new(warehouse: PathBuf, name_or_file: &str, params: &[String], format: Format) -> Result<Self, QueryError> {
+    pub fn new(source: Source, name_or_file: &str, params: &[String], format: Format) -> Result<Self, QueryError> {
         let (name, sql) = match named(name_or_file) {
             Some(sql) => (name_or_file.to_owned(), sql.to_owned()),
             None => {
@@ -131,7 +151,7 @@ impl QueryConfig {
             }
             parsed.push((k.to_owned(), v.to_owned()));
         }
-        Ok(QueryConfig { warehouse, name, sql, params: parsed, format })
+        Ok(QueryConfig { source, name, sql, params: parsed, format })
     }
 }
 
@@ -139,14 +159,47 @@ fn db(e: duckdb::Error) -> QueryError {
     QueryError::Db(e.to_string())
 }
 
-/// Runs a query on a read-only connection and returns its batches.
-pub fn run(config: &QueryConfig) -> Result<Vec<RecordBatch>, QueryError> {
-    if !config.warehouse.is_file() {
-        return Err(QueryError::NoWarehouse(config.warehouse.display().to_string()));
+/// Runs a query and returns its batches: on a read-only warehouse connection, or on views of
+/// the lake's current snapshot.
+pub async fn run(config: QueryConfig) -> Result<Vec<RecordBatch>, QueryError> {
+    let conn = match &config.source {
+        Source::Warehouse(path) => open_warehouse(path)?,
+        Source::Lake(source) => {
+            let snapshot = lake::resolve(source).await?;
+            let named = named(&config.name).is_some();
+            let holds: Vec<String> = snapshot.organizations.iter().cloned().collect();
+            match &source.org {
+                Some(org) if !snapshot.organizations.contains(org) => {
+                    return Err(QueryError::UnknownOrganization { org: org.clone(), holds })
+                }
+                None if named && holds.len() > 1 => return Err(QueryError::ManyOrganizations(holds)),
+                _ => {}
+            }
+            tracing::debug!(versions = ?snapshot.versions(), "querying the lake snapshot");
+            let conn = duckdb::Connection::open_in_memory().map_err(db)?;
+            crate::load::warehouse::no_downloads(&conn).map_err(db)?;
+            conn.execute_batch(&snapshot.views_sql()).map_err(db)?;
+            conn
+        }
+    };
+    tokio::task::spawn_blocking(move || execute(&conn, &config))
+        .await
+        .map_err(|e| QueryError::Db(format!("the query task failed: {e}")))?
+}
+
+/// A read-only connection to a warehouse file.
+pub fn open_warehouse(path: &Path) -> Result<duckdb::Connection, QueryError> {
+    if !path.is_file() {
+        return Err(QueryError::NoWarehouse(path.display().to_string()));
     }
     let flags = duckdb::Config::default().access_mode(duckdb::AccessMode::ReadOnly).map_err(db)?;
-    let conn = duckdb::Connection::open_with_flags(&config.warehouse, flags).map_err(db)?;
+    let conn = duckdb::Connection::open_with_flags(path, flags).map_err(db)?;
     crate::load::warehouse::no_downloads(&conn).map_err(db)?;
+    Ok(conn)
+}
+
+/// Runs a query's SQL with its parameters on a connection.
+pub fn execute(conn: &duckdb::Connection, config: &QueryConfig) -> Result<Vec<RecordBatch>, QueryError> {
     for (k, v) in &config.params {
         // The name is checked to be an identifier; the value is a string literal, quotes doubled.
         conn.execute_batch(&format!("SET VARIABLE {k} = '{}';", v.replace('\'', "''"))).map_err(db)?;
@@ -277,7 +330,7 @@ mod tests {
 
     #[test]
     fn params_are_checked_against_the_declaration() {
-        let w = PathBuf::from("w.duckdb");
+        let w = Source::Warehouse(PathBuf::from("w.duckdb"));
         assert!(QueryConfig::new(w.clone(), "wow_latest", &["days=30".into()], Format::Table).is_ok());
         let e = QueryConfig::new(w.clone(), "wow_latest", &["dayz=30".into()], Format::Table).unwrap_err();
         assert_eq!(e.to_string(), "`--param dayz`: the query takes only days");

@@ -1,0 +1,302 @@
+//! Queries over the shared lake, with no DuckDB extension: delta-rs resolves each table's current
+//! snapshot (its Delta log) to the exact Parquet files it holds, and DuckDB reads those files
+//! with its built-in Parquet reader, as views named like the warehouse's tables.
+//!
+//! - A `file://` lake is read in place.
+//! - An `s3://` lake's files are fetched once, through the same AWS configuration the writer
+//!   uses, into a local cache (`OUT/lake-cache/`, by table and partition). Delta data files are
+//!   never rewritten under the same name, so a cached file stays valid; files no snapshot names
+//!   any more are pruned after an hour.
+//! - With `--org NAME` only that organization's files are read, and the views have exactly the
+//!   warehouse's columns, so every named query answers as it does on that organization's own
+//!   warehouse. Without it the views add the `organization` column (and `year` where the table
+//!   is partitioned by it), and the named queries, written for one organization, refuse a lake
+//!   that holds several.
+//!
+//! Each table is read at its own current version (reported by [`Snapshot::versions`]); the
+//! writer commits `runs` last, so a sync listed there is complete in every other table.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use deltalake::logstore::object_store::ObjectStoreExt;
+use deltalake::DeltaTable;
+use futures_util::{StreamExt, TryStreamExt};
+
+use super::QueryError;
+use crate::load::lake::{partition_columns, tables};
+
+/// Cached files that no snapshot names are kept this long, for a query that resolved an
+/// older snapshot just before.
+const CACHE_GRACE: Duration = Duration::from_secs(3600);
+
+/// Files fetched from object storage at once.
+const FETCH_CONCURRENCY: usize = 8;
+
+/// Which lake to read, and how.
+#[derive(Clone, Debug)]
+pub struct LakeSource {
+    /// `file:///…` or `s3://…`, checked, without a trailing slash.
+    pub url: String,
+    /// Only this organization's rows, with the warehouse's columns.
+    pub org: Option<String>,
+    /// Where an object-storage lake's files are cached.
+    pub cache: PathBuf,
+}
+
+/// One table of the snapshot, as DuckDB will read it.
+#[derive(Clone, Debug)]
+pub struct TableFiles {
+    pub table: &'static str,
+    pub version: u64,
+    /// Local Parquet files, laid out `…/column=value/…` (Hive style) as delta-rs writes them.
+    pub files: Vec<PathBuf>,
+    /// Partition columns and their DuckDB types.
+    pub partitions: Vec<(String, &'static str)>,
+    /// With no file to read: an empty Parquet file that has the table's schema.
+    pub empty: Option<PathBuf>,
+}
+
+/// The lake's current snapshot, resolved to local files.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub source: LakeSource,
+    /// Every organization with rows in any table.
+    pub organizations: BTreeSet<String>,
+    pub tables: Vec<TableFiles>,
+}
+
+impl Snapshot {
+    /// The version each table was read at.
+    pub fn versions(&self) -> BTreeMap<&'static str, u64> {
+        self.tables.iter().map(|t| (t.table, t.version)).collect()
+    }
+
+    /// The SQL that makes one view per table.
+    pub fn views_sql(&self) -> String {
+        let mut sql = String::new();
+        for t in &self.tables {
+            let source = match &t.empty {
+                Some(empty) => format!("read_parquet({})", quote(&empty.display().to_string())),
+                None => {
+                    let files: Vec<String> = t.files.iter().map(|f| quote(&f.display().to_string())).collect();
+                    let types: Vec<String> = t.partitions.iter().map(|(c, ty)| format!("'{c}': {ty}")).collect();
+                    format!(
+                        "read_parquet([{}], hive_partitioning = true, hive_types = {{{}}}, union_by_name = true)",
+                        files.join(", "),
+                        types.join(", ")
+                    )
+                }
+            };
+            let select = match &self.source.org {
+                Some(org) => {
+                    let columns: Vec<&str> = t.partitions.iter().map(|(c, _)| c.as_str()).collect();
+                    format!(
+                        "SELECT * EXCLUDE ({}) FROM {source} WHERE organization = {}",
+                        columns.join(", "),
+                        quote(org)
+                    )
+                }
+                None => format!("SELECT * FROM {source}"),
+            };
+            sql.push_str(&format!("CREATE VIEW {} AS {select};\n", t.table));
+        }
+        // The warehouse's own views over those tables, per organization.
+        if self.source.org.is_some() {
+            sql.push_str(crate::load::warehouse::VIEWS);
+        }
+        sql
+    }
+}
+
+/// A SQL string literal.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+fn lake_err(table: &str, e: impl std::fmt::Display) -> QueryError {
+    QueryError::Lake(format!("`{table}`: {e}"))
+}
+
+/// DuckDB's name for a partition column's Arrow type (Hive values are text in paths).
+fn duckdb_type(t: &deltalake::arrow::datatypes::DataType) -> &'static str {
+    use deltalake::arrow::datatypes::DataType as T;
+    match t {
+        T::Int64 => "BIGINT",
+        T::Int32 => "INTEGER",
+        T::Int16 => "SMALLINT",
+        T::Date32 => "DATE",
+        _ => "VARCHAR",
+    }
+}
+
+/// Resolves every table's current snapshot to local files: in place for `file://`, fetched into
+/// the cache for object storage.
+pub async fn resolve(source: &LakeSource) -> Result<Snapshot, QueryError> {
+    deltalake::aws::register_handlers(None);
+    let cache = source.cache.join(format!("{:016x}", fnv(&source.url)));
+    let mut organizations = BTreeSet::new();
+    let mut out = vec![];
+    for table in tables() {
+        let url = format!("{}/{table}", source.url);
+        let parsed = reqwest::Url::parse(&url).map_err(|e| lake_err(table, e))?;
+        let local_dir = parsed.to_file_path().ok();
+        if local_dir.as_ref().is_some_and(|d| !d.join("_delta_log").is_dir()) {
+            return Err(QueryError::NoLake { url: source.url.clone(), table: table.to_owned() });
+        }
+        let t = match DeltaTable::try_from_url(parsed).await {
+            Ok(t) if t.version().is_some() => t,
+            Ok(_) => return Err(QueryError::NoLake { url: source.url.clone(), table: table.to_owned() }),
+            Err(e) => return Err(lake_err(table, format!("cannot open `{url}`: {e}"))),
+        };
+        let state = t.snapshot().map_err(|e| lake_err(table, e))?;
+        let mode = state.metadata().configuration().get("delta.columnMapping.mode").cloned();
+        if mode.is_some_and(|m| m != "none") {
+            return Err(lake_err(table, "the table uses column mapping, which `query --lake` does not read; read it with Spark, Trino or delta-rs"));
+        }
+        let schema = state.snapshot().arrow_schema();
+        let mut partitions = vec![];
+        for column in partition_columns(table) {
+            let field = schema.field_with_name(column).map_err(|e| lake_err(table, e))?;
+            partitions.push((column.to_string(), duckdb_type(field.data_type())));
+        }
+        // The snapshot's files: relative path, size, organization.
+        let mut wanted = vec![];
+        for file in state.log_data().iter() {
+            if file.deletion_vector_descriptor().is_some() {
+                return Err(lake_err(table, "a file has deletion vectors, which `query --lake` does not read; read it with Spark, Trino or delta-rs"));
+            }
+            let path = file.path().into_owned();
+            let values = file.partition_values_map();
+            let org = values.get("organization").cloned().flatten().unwrap_or_default();
+            // DuckDB takes the partition values from the path: it must say what the log says.
+            for (column, value) in &values {
+                let segment = format!("{column}={}", value.as_deref().unwrap_or("__HIVE_DEFAULT_PARTITION__"));
+                if !path.split('/').any(|s| s == segment) {
+                    return Err(lake_err(table, format!("file `{path}` is not laid out by partition (`{segment}`)")));
+                }
+            }
+            organizations.insert(org.clone());
+            if source.org.as_ref().is_none_or(|o| *o == org) {
+                wanted.push((path, file.size() as u64));
+            }
+        }
+        let files = match &local_dir {
+            Some(dir) => wanted.iter().map(|(p, _)| dir.join(p)).collect(),
+            None => fetch(&t, table, &cache.join(table), &wanted).await?,
+        };
+        let empty = if files.is_empty() { Some(empty_file(&cache, table, schema.as_ref())?) } else { None };
+        out.push(TableFiles { table, version: t.version().unwrap_or_default(), files, partitions, empty });
+    }
+    organizations.remove("");
+    Ok(Snapshot { source: source.clone(), organizations, tables: out })
+}
+
+/// Fetches the files a snapshot names into the cache (those not there yet), and prunes cached
+/// files that no snapshot has named for [`CACHE_GRACE`].
+async fn fetch(t: &DeltaTable, table: &str, dir: &Path, wanted: &[(String, u64)]) -> Result<Vec<PathBuf>, QueryError> {
+    let store = t.object_store();
+    let io = |what: &str, p: &Path, e: std::io::Error| lake_err(table, format!("cannot {what} `{}`: {e}", p.display()));
+    let local: Vec<PathBuf> = wanted.iter().map(|(p, _)| dir.join(p)).collect();
+    let missing: Vec<(String, PathBuf)> = wanted
+        .iter()
+        .zip(&local)
+        .filter(|((_, size), path)| std::fs::metadata(path).map_or(true, |m| m.len() != *size))
+        .map(|((p, _), path)| (p.clone(), path.clone()))
+        .collect();
+    futures_util::stream::iter(missing)
+        .map(|(rel, path)| {
+            let store = store.clone();
+            async move {
+                let failed = |e: deltalake::ObjectStoreError| lake_err(table, format!("cannot fetch `{rel}`: {e}"));
+                let got = store.get(&deltalake::Path::from(rel.as_str())).await.map_err(failed)?;
+                let bytes = got.bytes().await.map_err(failed)?;
+                let parent = path.parent().unwrap_or(dir);
+                std::fs::create_dir_all(parent).map_err(|e| io("create", parent, e))?;
+                // Written aside and renamed: a cached file is whole or absent.
+                let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+                std::fs::write(&tmp, &bytes).map_err(|e| io("write", &tmp, e))?;
+                std::fs::rename(&tmp, &path).map_err(|e| io("rename", &tmp, e))?;
+                Ok::<_, QueryError>(())
+            }
+        })
+        .buffer_unordered(FETCH_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    prune(dir, &local);
+    Ok(local)
+}
+
+/// Removes cached files of a table that the current snapshot does not name and that are older
+/// than [`CACHE_GRACE`]. Best effort: a file that cannot be removed stays.
+fn prune(dir: &Path, keep: &[PathBuf]) {
+    let keep: BTreeSet<&PathBuf> = keep.iter().collect();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(path);
+            } else if !keep.contains(&path) {
+                let old = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok());
+                if old.is_some_and(|age| age > CACHE_GRACE) {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+    }
+}
+
+/// An empty Parquet file with a table's schema, for a view over no files.
+fn empty_file(cache: &Path, table: &str, schema: &deltalake::arrow::datatypes::Schema) -> Result<PathBuf, QueryError> {
+    use deltalake::parquet::arrow::ArrowWriter;
+    let dir = cache.join("empty");
+    std::fs::create_dir_all(&dir).map_err(|e| lake_err(table, format!("cannot create `{}`: {e}", dir.display())))?;
+    let path = dir.join(format!("{table}.parquet"));
+    let tmp = dir.join(format!("{table}.parquet.tmp-{}", std::process::id()));
+    let file =
+        std::fs::File::create(&tmp).map_err(|e| lake_err(table, format!("cannot create `{}`: {e}", tmp.display())))?;
+    let writer =
+        ArrowWriter::try_new(file, std::sync::Arc::new(schema.clone()), None).map_err(|e| lake_err(table, e))?;
+    writer.close().map_err(|e| lake_err(table, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| lake_err(table, format!("cannot rename `{}`: {e}", tmp.display())))?;
+    Ok(path)
+}
+
+/// FNV-1a, to name a lake's cache directory after its URL.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_keep_the_warehouse_columns_for_one_organization() {
+        let snapshot = Snapshot {
+            source: LakeSource { url: "file:///l".into(), org: Some("acme".into()), cache: "/c".into() },
+            organizations: ["acme".to_owned()].into(),
+            tables: vec![TableFiles {
+                table: "content_daily",
+                version: 3,
+                files: vec!["/l/content_daily/organization=acme/year=2026/a'b.parquet".into()],
+                partitions: vec![("organization".into(), "VARCHAR"), ("year".into(), "BIGINT")],
+                empty: None,
+            }],
+        };
+        let sql = snapshot.views_sql();
+        assert!(sql.contains("CREATE OR REPLACE VIEW cohort_acceptance"), "the warehouse's views too");
+        let (tables, _) = sql.split_once("-- The warehouse's views").unwrap();
+        assert_eq!(
+            tables,
+            "CREATE VIEW content_daily AS SELECT * EXCLUDE (organization, year) FROM \
+             read_parquet(['/l/content_daily/organization=acme/year=2026/a''b.parquet'], hive_partitioning = true, \
+             hive_types = {'organization': VARCHAR, 'year': BIGINT}, union_by_name = true) WHERE organization = 'acme';\n"
+        );
+        assert_eq!(snapshot.versions()["content_daily"], 3);
+    }
+}
