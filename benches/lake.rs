@@ -11,10 +11,10 @@
 //! virtualenv (`$CARGO_TARGET_DIR/tmp/notebook-venv`), which `cargo test` makes.
 
 mod common;
+#[path = "../tests/it/moto.rs"]
+mod moto;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use common::{arg, generate, median};
@@ -22,6 +22,7 @@ use creator_etl::load::lake::{tables, LakeConfig};
 use creator_etl::load::{load_extracted, LoadConfig};
 use creator_etl::out::OutDir;
 use creator_etl::transform::DEFAULT_COHORT_EDGES;
+use moto::Moto;
 
 fn main() {
     let orgs = arg("--orgs", 8) as usize;
@@ -34,31 +35,10 @@ fn main() {
     assert!(moto.exists(), "no `{}`: run `cargo test` once (it makes the virtualenv) or pass --moto", moto.display());
 
     // The S3 server on a free port, and the standard AWS variables pointing at it.
-    let mut server =
-        Command::new(&moto).args(["-p", "0"]).stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
-    let stderr = server.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("http://127.0.0.1:").nth(1) {
-                let _ = tx.send(rest.trim().to_owned());
-            }
-        }
-    });
-    let port = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("moto_server printed its address");
-    for (k, v) in [
-        ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
-        ("AWS_ACCESS_KEY_ID", "bench".into()),
-        ("AWS_SECRET_ACCESS_KEY", "bench".into()),
-        ("AWS_REGION", "us-east-1".into()),
-        ("AWS_ALLOW_HTTP", "true".into()),
-    ] {
+    let server = Moto::start(&moto.with_file_name("python"), "bench");
+    for (k, v) in &server.envs {
         std::env::set_var(k, v);
     }
-    let python = moto.with_file_name("python");
-    let made =
-        Command::new(python).args(["-c", "import boto3; boto3.client('s3').create_bucket(Bucket='bench')"]).status();
-    assert!(made.is_ok_and(|s| s.success()), "create the bucket");
 
     // Each organization's warehouse and staged tables (not timed).
     let dir = tempfile::tempdir().unwrap();
@@ -120,6 +100,5 @@ fn main() {
         println!("| {name} | {wall:.2} | {rate:.1} | {conflicts:?} | {} |", runs.join(", "));
     }
     println!("\n{} commits per round: {orgs} organizations x {commits_per_load} tables", orgs * commits_per_load);
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
 }

@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use creator_etl::emulator::EmulatorConfig;
 
+use crate::moto::Moto;
 use crate::util::*;
 
 /// Per table: the current version, rows per organization, and whether every version reads.
@@ -55,58 +56,6 @@ fn spawn_load(out: &Path, lake: &str, org: &str, envs: &[(String, String)]) -> C
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// A local S3 server (`moto_server`, from PyPI) on a free port, with a bucket `lake`, and the
-/// standard AWS variables that point at it. Killed on drop.
-struct Moto {
-    child: Child,
-    envs: Vec<(String, String)>,
-}
-
-impl Moto {
-    fn start() -> Moto {
-        use std::io::{BufRead, BufReader};
-        let python = crate::demo::notebook_python();
-        let server = python.with_file_name("moto_server");
-        let mut child =
-            Command::new(server).args(["-p", "0"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-        // Its log goes to stderr, one line per request: read the address, then keep draining.
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("http://127.0.0.1:").nth(1) {
-                    let _ = tx.send(rest.trim().to_owned());
-                }
-            }
-        });
-        let port = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("moto_server printed its address");
-        let envs: Vec<(String, String)> = [
-            ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
-            ("AWS_ACCESS_KEY_ID", "test".into()),
-            ("AWS_SECRET_ACCESS_KEY", "test".into()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_ALLOW_HTTP", "true".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-        let o = Command::new(&python)
-            .args(["-c", "import boto3; boto3.client('s3').create_bucket(Bucket='lake')"])
-            .envs(envs.iter().map(|(k, v)| (k, v)))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "create the bucket: {}", String::from_utf8_lossy(&o.stderr));
-        Moto { child, envs }
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Rows per table in an organization's own DuckDB warehouse: what the lake must hold for it.
@@ -197,7 +146,7 @@ fn four_organizations_load_one_local_lake_at_once() {
 
 #[test]
 fn four_organizations_load_one_s3_lake_at_once() {
-    let moto = Moto::start();
+    let moto = Moto::start(&crate::demo::notebook_python(), "lake");
     four_organizations_at_once("s3://lake/creator-etl", &moto.envs);
 }
 

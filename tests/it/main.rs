@@ -8,6 +8,7 @@ mod emulator_http;
 mod extract;
 mod lake;
 mod load;
+mod moto;
 mod pacing;
 mod readme;
 mod util;
