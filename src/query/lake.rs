@@ -73,8 +73,9 @@ impl Snapshot {
         self.tables.iter().map(|t| (t.table, t.version)).collect()
     }
 
-    /// The SQL that makes one view per table.
-    pub fn views_sql(&self) -> String {
+    /// The SQL that makes one view per table: of one organization's rows, with the warehouse's
+    /// columns and views, or of every organization's.
+    pub fn views_sql(&self, org: Option<&str>) -> String {
         let mut sql = String::new();
         for t in &self.tables {
             let source = match &t.empty {
@@ -89,7 +90,7 @@ impl Snapshot {
                     )
                 }
             };
-            let select = match &self.source.org {
+            let select = match org {
                 Some(org) => {
                     let columns: Vec<&str> = t.partitions.iter().map(|(c, _)| c.as_str()).collect();
                     format!(
@@ -103,7 +104,7 @@ impl Snapshot {
             sql.push_str(&format!("CREATE VIEW {} AS {select};\n", t.table));
         }
         // The warehouse's own views over those tables, per organization.
-        if self.source.org.is_some() {
+        if org.is_some() {
             sql.push_str(crate::load::warehouse::VIEWS);
         }
         sql
@@ -288,7 +289,7 @@ mod tests {
                 empty: None,
             }],
         };
-        let sql = snapshot.views_sql();
+        let sql = snapshot.views_sql(Some("acme"));
         assert!(sql.contains("CREATE OR REPLACE VIEW cohort_acceptance"), "the warehouse's views too");
         let (tables, _) = sql.split_once("-- The warehouse's views").unwrap();
         assert_eq!(

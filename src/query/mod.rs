@@ -168,17 +168,20 @@ pub async fn run(config: QueryConfig) -> Result<Vec<RecordBatch>, QueryError> {
             let snapshot = lake::resolve(source).await?;
             let named = named(&config.name).is_some();
             let holds: Vec<String> = snapshot.organizations.iter().cloned().collect();
-            match &source.org {
+            // The named queries are per organization: the one named, or the lake's only one.
+            let org = match &source.org {
                 Some(org) if !snapshot.organizations.contains(org) => {
                     return Err(QueryError::UnknownOrganization { org: org.clone(), holds })
                 }
+                Some(org) => Some(org.clone()),
                 None if named && holds.len() > 1 => return Err(QueryError::ManyOrganizations(holds)),
-                _ => {}
-            }
+                None if named => holds.first().cloned(),
+                None => None,
+            };
             tracing::debug!(versions = ?snapshot.versions(), "querying the lake snapshot");
             let conn = duckdb::Connection::open_in_memory().map_err(db)?;
             crate::load::warehouse::no_downloads(&conn).map_err(db)?;
-            conn.execute_batch(&snapshot.views_sql()).map_err(db)?;
+            conn.execute_batch(&snapshot.views_sql(org.as_deref())).map_err(db)?;
             conn
         }
     };

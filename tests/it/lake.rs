@@ -209,6 +209,12 @@ fn a_load_killed_mid_commit_leaves_the_lake_readable_and_the_next_completes() {
     for (table, n) in warehouse_rows(&out) {
         assert_eq!(rows(&got, &table, "acme"), n, "{table}");
     }
+    // A lake of one organization: the named queries read it without `--org`.
+    let want = run_bin(dir.path(), &["query", "cohort_acceptance", "--out", out.to_str().unwrap()], &[]);
+    let args = ["query", "cohort_acceptance", "--lake", &lake, "--out", out.to_str().unwrap()];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 0);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&want.stdout));
 }
 
 /// Bad lake flags are usage errors before anything is done.
