@@ -13,6 +13,7 @@ pub mod demo;
 pub mod emulator;
 mod error;
 pub mod extract;
+pub mod fleet;
 pub mod load;
 pub mod out;
 pub mod progress;
