@@ -167,12 +167,8 @@ impl QueryArgs {
             }
             (Some(url), org) => {
                 let mut problems = vec![];
-                if let Some(org) = org.as_deref().filter(|o| !crate::load::lake::valid_org(o)) {
-                    problems.push(not_a_slug(org));
-                }
-                let url = lake_url(url).map_err(|e| problems.push(e));
-                match url {
-                    Ok(url) if problems.is_empty() => {
+                match checked_lake(url, org.as_deref(), &mut problems) {
+                    Some(url) if problems.is_empty() => {
                         Source::Lake(LakeSource { url, org: org.clone(), cache: global.out.join("lake-cache") })
                     }
                     _ => return Err(Error::Config(problems)),
@@ -183,8 +179,15 @@ impl QueryArgs {
     }
 }
 
-fn not_a_slug(org: &str) -> String {
-    format!("`--org` `{org}` is not a slug: lowercase letters, digits, `-` and `_`, at most 63 characters")
+/// Checks `--lake URL` and, when given, `--org NAME`: the URL as the lake code takes it, or the
+/// problems added.
+fn checked_lake(url: &str, org: Option<&str>, problems: &mut Vec<String>) -> Option<String> {
+    if let Some(org) = org.filter(|o| !crate::load::lake::valid_org(o)) {
+        problems.push(format!(
+            "`--org` `{org}` is not a slug: lowercase letters, digits, `-` and `_`, at most 63 characters"
+        ));
+    }
+    lake_url(url).map_err(|e| problems.push(e)).ok()
 }
 
 #[derive(Debug, Subcommand)]
@@ -301,18 +304,8 @@ impl LoadOptions {
                 problems.push("`--lake` needs `--org NAME`: the organization whose rows this load replaces".into());
                 None
             }
-            (Some(url), Some(org)) => {
-                if !crate::load::lake::valid_org(org) {
-                    problems.push(not_a_slug(org));
-                }
-                match lake_url(url) {
-                    Ok(url) => Some(crate::load::lake::LakeConfig { url, org: org.clone() }),
-                    Err(e) => {
-                        problems.push(e);
-                        None
-                    }
-                }
-            }
+            (Some(url), Some(org)) => checked_lake(url, Some(org), &mut problems)
+                .map(|url| crate::load::lake::LakeConfig { url, org: org.clone() }),
         };
         if !problems.is_empty() {
             return Err(Error::Config(problems));

@@ -16,6 +16,7 @@ pub use client::{
     MAX_PAYOUTS_PER_PAGE, MAX_ROW_COUNT,
 };
 pub use error::ApiError;
+pub(crate) use key::fnv1a;
 pub use key::{ApiKey, KeyError, API_KEY_ENV};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use pacing::{PacingConfig, PacingMemory, MARK_PAYOUT_MIN_INTERVAL};

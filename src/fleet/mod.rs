@@ -81,13 +81,13 @@ pub fn parse(text: &str, base: &Path, env: &dyn Fn(&str) -> Option<String>) -> R
             Settings::default()
         }
     };
-    let entries = match table.get("organization") {
-        Some(toml::Value::Array(a)) => a.clone(),
+    let entries: &[toml::Value] = match table.get("organization") {
+        Some(toml::Value::Array(a)) => a,
         Some(_) => {
             problems.push("`organization` must be a list of tables: `[[organization]]`".into());
-            vec![]
+            &[]
         }
-        None => vec![],
+        None => &[],
     };
     if entries.is_empty() && problems.is_empty() {
         problems.push("no `[[organization]]` entries".into());

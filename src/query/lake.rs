@@ -61,7 +61,6 @@ pub struct TableFiles {
 /// The lake's current snapshot, resolved to local files.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
-    pub source: LakeSource,
     /// Every organization with rows in any table.
     pub organizations: BTreeSet<String>,
     pub tables: Vec<TableFiles>,
@@ -120,6 +119,14 @@ fn lake_err(table: &str, e: impl std::fmt::Display) -> QueryError {
     QueryError::Lake(format!("`{table}`: {e}"))
 }
 
+/// A cache write that failed, with its cause.
+fn cache_err(table: &str, e: crate::out::OutError) -> QueryError {
+    match std::error::Error::source(&e) {
+        Some(cause) => lake_err(table, format!("{e}: {cause}")),
+        None => lake_err(table, e),
+    }
+}
+
 /// DuckDB's name for a partition column's Arrow type (Hive values are text in paths).
 fn duckdb_type(t: &deltalake::arrow::datatypes::DataType) -> &'static str {
     use deltalake::arrow::datatypes::DataType as T;
@@ -136,7 +143,7 @@ fn duckdb_type(t: &deltalake::arrow::datatypes::DataType) -> &'static str {
 /// the cache for object storage.
 pub async fn resolve(source: &LakeSource) -> Result<Snapshot, QueryError> {
     deltalake::aws::register_handlers(None);
-    let cache = source.cache.join(format!("{:016x}", fnv(&source.url)));
+    let cache = source.cache.join(format!("{:08x}", crate::api::fnv1a(source.url.as_bytes())));
     let mut organizations = BTreeSet::new();
     let mut out = vec![];
     for table in tables() {
@@ -191,14 +198,13 @@ pub async fn resolve(source: &LakeSource) -> Result<Snapshot, QueryError> {
         out.push(TableFiles { table, version: t.version().unwrap_or_default(), files, partitions, empty });
     }
     organizations.remove("");
-    Ok(Snapshot { source: source.clone(), organizations, tables: out })
+    Ok(Snapshot { organizations, tables: out })
 }
 
 /// Fetches the files a snapshot names into the cache (those not there yet), and prunes cached
 /// files that no snapshot has named for [`CACHE_GRACE`].
 async fn fetch(t: &DeltaTable, table: &str, dir: &Path, wanted: &[(String, u64)]) -> Result<Vec<PathBuf>, QueryError> {
     let store = t.object_store();
-    let io = |what: &str, p: &Path, e: std::io::Error| lake_err(table, format!("cannot {what} `{}`: {e}", p.display()));
     let local: Vec<PathBuf> = wanted.iter().map(|(p, _)| dir.join(p)).collect();
     let missing: Vec<(String, PathBuf)> = wanted
         .iter()
@@ -213,13 +219,8 @@ async fn fetch(t: &DeltaTable, table: &str, dir: &Path, wanted: &[(String, u64)]
                 let failed = |e: deltalake::ObjectStoreError| lake_err(table, format!("cannot fetch `{rel}`: {e}"));
                 let got = store.get(&deltalake::Path::from(rel.as_str())).await.map_err(failed)?;
                 let bytes = got.bytes().await.map_err(failed)?;
-                let parent = path.parent().unwrap_or(dir);
-                std::fs::create_dir_all(parent).map_err(|e| io("create", parent, e))?;
-                // Written aside and renamed: a cached file is whole or absent.
-                let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-                std::fs::write(&tmp, &bytes).map_err(|e| io("write", &tmp, e))?;
-                std::fs::rename(&tmp, &path).map_err(|e| io("rename", &tmp, e))?;
-                Ok::<_, QueryError>(())
+                // A cached file is whole or absent.
+                crate::out::write_atomic(&path, &bytes).map_err(|e| cache_err(table, e))
             }
         })
         .buffer_unordered(FETCH_CONCURRENCY)
@@ -254,22 +255,12 @@ fn prune(dir: &Path, keep: &[PathBuf]) {
 /// An empty Parquet file with a table's schema, for a view over no files.
 fn empty_file(cache: &Path, table: &str, schema: &deltalake::arrow::datatypes::Schema) -> Result<PathBuf, QueryError> {
     use deltalake::parquet::arrow::ArrowWriter;
-    let dir = cache.join("empty");
-    std::fs::create_dir_all(&dir).map_err(|e| lake_err(table, format!("cannot create `{}`: {e}", dir.display())))?;
-    let path = dir.join(format!("{table}.parquet"));
-    let tmp = dir.join(format!("{table}.parquet.tmp-{}", std::process::id()));
-    let file =
-        std::fs::File::create(&tmp).map_err(|e| lake_err(table, format!("cannot create `{}`: {e}", tmp.display())))?;
-    let writer =
-        ArrowWriter::try_new(file, std::sync::Arc::new(schema.clone()), None).map_err(|e| lake_err(table, e))?;
-    writer.close().map_err(|e| lake_err(table, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| lake_err(table, format!("cannot rename `{}`: {e}", tmp.display())))?;
+    let mut writer =
+        ArrowWriter::try_new(vec![], std::sync::Arc::new(schema.clone()), None).map_err(|e| lake_err(table, e))?;
+    writer.finish().map_err(|e| lake_err(table, e))?;
+    let path = cache.join("empty").join(format!("{table}.parquet"));
+    crate::out::write_atomic(&path, writer.inner()).map_err(|e| cache_err(table, e))?;
     Ok(path)
-}
-
-/// FNV-1a, to name a lake's cache directory after its URL.
-fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
 }
 
 #[cfg(test)]
@@ -279,7 +270,6 @@ mod tests {
     #[test]
     fn views_keep_the_warehouse_columns_for_one_organization() {
         let snapshot = Snapshot {
-            source: LakeSource { url: "file:///l".into(), org: Some("acme".into()), cache: "/c".into() },
             organizations: ["acme".to_owned()].into(),
             tables: vec![TableFiles {
                 table: "content_daily",
