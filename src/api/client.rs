@@ -564,6 +564,9 @@ impl Client {
             let failure = match outcome {
                 Err(e) => {
                     inner.pacer.unanswered(&dispatch);
+                    if endpoint.class() == RequestClass::MarkPayout {
+                        self.remember();
+                    }
                     inner.metrics.response(endpoint.name(), None, sent, 0);
                     let reason = transport_reason(&e);
                     tracing::debug!(attempt, elapsed_ms = sent_at.elapsed().as_millis() as u64, %reason, "transport error");
@@ -576,6 +579,10 @@ impl Client {
                 }
                 Ok(Answer { status, headers, raw, cut, headers_at }) => {
                     inner.pacer.answered(&dispatch, endpoint.name(), headers_at - dispatch.at);
+                    if endpoint.class() == RequestClass::MarkPayout {
+                        // The next process counts mark spacing from this answer.
+                        self.remember();
+                    }
                     inner.metrics.response(endpoint.name(), Some(status), sent, raw.len());
                     tracing::debug!(
                         attempt,

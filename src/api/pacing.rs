@@ -359,11 +359,15 @@ impl Pacer {
     /// Only the latest request matters: the one after an older one has already gone out. Until
     /// the latest request answers, the next one keeps the whole 1/5; this wakes it when the
     /// answer allows it to go sooner.
+    ///
+    /// A payout mark's spacing counts from its answer instead of its dispatch: the service saw
+    /// it at some moment in between, so the next mark is 2 s after it whatever the delays.
     pub fn answered(&self, dispatch: &Dispatch, endpoint: &'static str, rtt: Duration) {
+        let mut st = self.lock();
+        Self::mark_seen_by(&mut st, dispatch, dispatch.at + rtt);
         if self.config.min_interval.is_zero() {
             return;
         }
-        let mut st = self.lock();
         // An endpoint's first answer is compared with the fastest of any endpoint, and the very
         // first answer with nothing: it may have waited for a connection to be set up.
         let floor = st.rtt_floor.get(endpoint).or_else(|| st.rtt_floor.values().min()).copied();
@@ -381,9 +385,18 @@ impl Pacer {
     /// arrived at any time, so the next one keeps the largest extra.
     pub fn unanswered(&self, dispatch: &Dispatch) {
         let mut st = self.lock();
+        Self::mark_seen_by(&mut st, dispatch, Instant::now());
         if st.last_dispatch == Some(dispatch.at) {
             st.extra = max_extra(self.config.min_interval);
             st.pending = false;
+        }
+    }
+
+    /// When `dispatch` was the latest payout mark, the service had it by `by` at the latest.
+    fn mark_seen_by(st: &mut State, dispatch: &Dispatch, by: Instant) {
+        if st.last_mark_dispatch == Some(dispatch.at) {
+            st.last_mark_dispatch = Some(by);
+            st.last_mark = st.last_mark.max(Some(by));
         }
     }
 
@@ -502,6 +515,24 @@ mod tests {
             assert!(w[1] - w[0] >= Duration::from_millis(100), "{:?}", w[1] - w[0]);
         }
         assert!(times[4] - t0 < Duration::from_millis(500));
+    }
+
+    /// Regression: a payout mark that reached the service late (its answer took 300 ms) made the
+    /// next mark, paced from the dispatch, arrive less than 2 s after it: a 429 under CI load.
+    /// Mark spacing now counts from the answer, in this process and in the next one.
+    #[tokio::test(start_paused = true)]
+    async fn mark_spacing_counts_from_the_answer() {
+        let p = Pacer::new(cfg(0, None, 1000));
+        let d = p.acquire(RequestClass::MarkPayout).await;
+        tokio::time::advance(Duration::from_millis(300)).await;
+        p.answered(&d, "mark", Duration::from_millis(300));
+        let next = p.acquire(RequestClass::MarkPayout).await;
+        assert!(next.at - d.at >= MARK_PAYOUT_MIN_INTERVAL + Duration::from_millis(300));
+        p.unanswered(&next);
+        let later = Pacer::new(cfg(0, None, 1000));
+        later.restore(&p.memory());
+        let third = later.acquire(RequestClass::MarkPayout).await;
+        assert!(third.at - next.at >= MARK_PAYOUT_MIN_INTERVAL, "{:?}", third.at - next.at);
     }
 
     /// Regression: with many tasks in flight, a task that woke late after its slot made the next
