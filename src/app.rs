@@ -11,8 +11,8 @@ use tokio::sync::watch;
 
 use crate::action::{ActionConfig, ActionReport, Reviewed};
 use crate::cli::{
-    validate_both, ActionsArgs, ActionsCommand, Cli, Command, EmulatorArgs, ExtractArgs, GlobalArgs, LoadArgs,
-    QueryArgs, RunArgs,
+    validate_both, ActionsArgs, ActionsCommand, Cli, Command, EmulatorArgs, ExtractArgs, FleetCommand, FleetRunArgs,
+    FleetSelect, GlobalArgs, LoadArgs, QueryArgs, RunArgs,
 };
 use crate::emulator::Emulator;
 use crate::extract::{ExtractConfig, ExtractReport};
@@ -29,6 +29,8 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         Command::Actions(ActionsCommand::Plan(args)) => actions_plan(args, &cli.global),
         Command::Actions(ActionsCommand::Apply(args)) => actions_apply(args, &cli.global).await,
         Command::Query(args) => query(args, &cli.global).await,
+        Command::Fleet(FleetCommand::Run(args)) => fleet_run(args, &cli.global).await,
+        Command::Fleet(FleetCommand::Status(args)) => fleet_status(args, &cli.global),
         Command::Demo(args) => {
             crate::demo::run(&crate::demo::DemoConfig::new(&cli.global, args.applications, args.seed)?).await
         }
@@ -89,7 +91,7 @@ async fn load(args: &LoadArgs, global: &GlobalArgs) -> Result<u8, Error> {
 
 /// Commits the organization's rows of every table to the lake ([`crate::load::lake`]): staged by
 /// DuckDB on a blocking thread, committed by delta-rs here.
-async fn push_to_lake(
+pub(crate) async fn push_to_lake(
     out: &crate::out::OutDir,
     lake: &crate::load::lake::LakeConfig,
 ) -> Result<crate::load::lake::LakeReport, Error> {
@@ -118,14 +120,22 @@ impl RunReport {
 }
 
 /// Extract, transform and load, then apply the reviewed actions if given. The caller validated
-/// everything and holds the lock.
+/// everything and holds the lock. With `loads`, the CPU-heavy transform, load and lake commit
+/// each hold one of its permits (a fleet bounds them; its extracts only wait).
 pub async fn pipeline(
     client: &Client,
     config: &ExtractConfig,
     load_config: LoadConfig,
     actions: Option<(ActionConfig, Reviewed)>,
     stop: watch::Receiver<bool>,
+    loads: Option<&tokio::sync::Semaphore>,
 ) -> Result<RunReport, Error> {
+    let permit = || async {
+        match loads {
+            Some(s) => s.acquire().await.ok(),
+            None => None,
+        }
+    };
     // Before the extract spends any request: the warehouse must be writable (a reader holding
     // the writer's file is reported now, exit 5, not after an hour of requests), and an actions
     // file must pass its guards.
@@ -143,13 +153,16 @@ pub async fn pipeline(
     let extracted = crate::extract::run(config, client, stop.clone()).await?;
     let lake = load_config.lake.clone();
     let out = load_config.out.clone();
+    let held = permit().await;
     let mut loaded = load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone())).await?;
+    drop(held);
     let actions = match actions {
         Some((action_config, reviewed)) => Some(crate::action::apply(&action_config, &reviewed, client, stop).await?),
         None => None,
     };
     // The lake gets the actions' results too, and its `runs` row last: the sync is complete.
     if let Some(lake) = &lake {
+        let _held = permit().await;
         loaded.lake = Some(push_to_lake(&out, lake).await?);
     }
     Ok(RunReport { extract: extracted, load: loaded, actions })
@@ -165,9 +178,62 @@ async fn run_all(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let actions = args.actions.as_deref().map(|file| args.guards.config(file, global)).transpose()?;
     let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("run")?;
-    let report = pipeline(&client, &config, load_config, actions, stop_signal()).await?;
+    let report = pipeline(&client, &config, load_config, actions, stop_signal(), None).await?;
     print_json(&report)?;
     Ok(report.exit_code())
+}
+
+async fn fleet_run(args: &FleetRunArgs, global: &GlobalArgs) -> Result<u8, Error> {
+    let (jobs, options) = args.config(global)?;
+    if jobs.is_empty() {
+        return Err(Error::Config(vec!["no organization selected: check `--only` and `--shard`".into()]));
+    }
+    let report = crate::fleet::run::run(jobs, &options, stop_signal()).await?;
+    eprint!("{}", report.summary());
+    print_json(&report)?;
+    Ok(report.exit_code)
+}
+
+/// One organization's line of `fleet status`.
+#[derive(Debug, Serialize)]
+pub struct FleetStatusRow {
+    pub name: String,
+    pub dir: std::path::PathBuf,
+    #[serde(flatten)]
+    pub status: crate::fleet::run::OrgStatus,
+    /// The raw run the next sync resumes, if any.
+    pub resumable_run: Option<String>,
+}
+
+fn fleet_status(args: &FleetSelect, global: &GlobalArgs) -> Result<u8, Error> {
+    let (_, names) = args.select()?;
+    let rows: Vec<FleetStatusRow> = names
+        .into_iter()
+        .map(|name| {
+            let dir = crate::fleet::run::org_dir(&global.out, &name);
+            let status = crate::fleet::run::read_status(&dir);
+            let resumable_run = crate::extract::unfinished_run(&crate::out::OutDir::new(&dir));
+            FleetStatusRow { name, dir, status, resumable_run }
+        })
+        .collect();
+    let when = |t: Option<chrono::DateTime<chrono::Utc>>| {
+        t.map_or("never".to_owned(), |t| t.format("%Y-%m-%d %H:%M:%SZ").to_string())
+    };
+    let mut table =
+        format!("{:<24} {:<21} {:<12} {:<9} last error\n", "organization", "last success", "last outcome", "resumable");
+    for r in &rows {
+        table.push_str(&format!(
+            "{:<24} {:<21} {:<12} {:<9} {}\n",
+            r.name,
+            when(r.status.last_success_at),
+            r.status.last_outcome.map_or("-", |o| o.as_str()),
+            if r.resumable_run.is_some() { "yes" } else { "no" },
+            r.status.last_error.as_deref().unwrap_or("")
+        ));
+    }
+    eprint!("{table}");
+    print_json(&rows)?;
+    Ok(exit::OK)
 }
 
 async fn query(args: &QueryArgs, global: &GlobalArgs) -> Result<u8, Error> {
@@ -199,6 +265,13 @@ pub(crate) fn actions_exit_code(report: &ActionReport) -> u8 {
     eprintln!("{}", crate::action::summary(report));
     if report.stopped_by_auth {
         eprintln!("error: {}", report.stopped.as_deref().unwrap_or("the API key was refused"));
+    }
+    actions_code(report)
+}
+
+/// The exit code of an actions run, without the summary.
+pub(crate) fn actions_code(report: &ActionReport) -> u8 {
+    if report.stopped_by_auth {
         exit::AUTH
     } else if report.stopped.is_some() {
         exit::INTERRUPTED
@@ -279,6 +352,12 @@ async fn emulator(args: &EmulatorArgs, global: &GlobalArgs) -> Result<u8, Error>
         global.hourly_cap,
         global.cap_window_s,
     );
+    if config.data.organizations > 0 {
+        eprintln!(
+            "  {} numbered organizations of {} applications: keys emu-org-1-key … emu-org-{}-key",
+            config.data.organizations, config.data.org_applications, config.data.organizations
+        );
+    }
     wait_for_shutdown().await;
     tracing::info!("emulator stopping");
     emu.stop().await;

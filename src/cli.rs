@@ -14,8 +14,11 @@ use crate::action::journal::Scope;
 use crate::action::{ActionConfig, ActionKind, Reviewed};
 use crate::api::models::ApplicationStatus;
 use crate::api::{ApiKey, ClientConfig, PacingConfig, RetryPolicy, API_KEY_ENV, DEFAULT_BASE_URL};
-use crate::emulator::{EmulatorConfig, FaultConfig, GenConfig, Keys, RatePolicy};
+use crate::emulator::{EmulatorConfig, FaultConfig, GenConfig, Keys, OrgPolicy, RatePolicy};
 use crate::extract::ExtractConfig;
+use crate::fleet::observe::Lineage;
+use crate::fleet::run::{Job, RunOptions};
+use crate::fleet::Organization;
 use crate::load::LoadConfig;
 use crate::out::OutDir;
 use crate::query::lake::LakeSource;
@@ -27,7 +30,7 @@ use crate::Error;
     name = "creator-etl",
     version,
     about = "Extract a creator-marketing service's data into Parquet and DuckDB, and replay reviewed corrections",
-    after_help = "The API key is read from the CREATOR_API_KEY environment variable or --api-key-file, never from a flag.\nExit codes: 0 ok, 1 failed, 2 usage/config/input error, 3 some action rows failed, 4 key rejected (401/403), 5 --out locked, 130 interrupted."
+    after_help = "The API key is read from the CREATOR_API_KEY environment variable or --api-key-file, never from a flag.\nExit codes: 0 ok, 1 failed, 2 usage/config/input error, 3 some action rows failed, 4 key rejected (401/403), 5 --out locked, 6 some fleet organizations failed, 130 interrupted."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -123,6 +126,234 @@ pub enum Command {
     /// The whole product on this machine: an in-process emulator, `run`, the example actions,
     /// and a summary (writes only into an empty directory or an earlier demo's)
     Demo(DemoArgs),
+    /// Sync many organizations from one fleet file, each with its own key and budget
+    #[command(subcommand)]
+    Fleet(FleetCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FleetCommand {
+    /// Sync every organization of the fleet file concurrently, each under `OUT/orgs/<name>/`;
+    /// prints the fleet report as JSON on stdout and a summary table on stderr
+    Run(FleetRunArgs),
+    /// Show each organization's last successful sync, last error, and whether a run is resumable
+    Status(FleetSelect),
+}
+
+/// Which organizations of a fleet file a command takes.
+#[derive(Debug, Args)]
+pub struct FleetSelect {
+    /// The fleet file (TOML; see `examples/fleet.toml`)
+    #[arg(long, env = "CREATOR_ETL_FLEET", value_name = "FILE")]
+    pub config: PathBuf,
+    /// Only these organizations, comma-separated names
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub only: Vec<String>,
+    /// Only the organizations of shard INDEX of COUNT (INDEX from 0), by a stable hash of their
+    /// names: COUNT processes with INDEX 0..COUNT cover the fleet exactly once
+    #[arg(long, value_name = "INDEX/COUNT")]
+    pub shard: Option<String>,
+}
+
+impl FleetSelect {
+    /// Reads and validates the fleet file, then selects; every problem at once.
+    pub fn select(&self) -> Result<(crate::fleet::Fleet, Vec<String>), Error> {
+        let mut problems = vec![];
+        let shard = self
+            .shard
+            .as_deref()
+            .map(crate::fleet::Shard::parse)
+            .transpose()
+            .map_err(|e| problems.push(e))
+            .ok()
+            .flatten();
+        let env = |var: &str| std::env::var(var).ok();
+        let fleet = match crate::fleet::load(&self.config, &env) {
+            Ok(f) => Some(f),
+            Err(p) => {
+                let file = self.config.display();
+                problems.extend(p.into_iter().map(|p| format!("{file}: {p}")));
+                None
+            }
+        };
+        let Some(fleet) = fleet.filter(|_| problems.is_empty()) else { return Err(Error::Config(problems)) };
+        let only = (!self.only.is_empty()).then_some(self.only.as_slice());
+        let names = fleet.select(only, shard).map_err(Error::Config)?.into_iter().map(|o| o.name.clone()).collect();
+        Ok((fleet, names))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct FleetRunArgs {
+    #[command(flatten)]
+    pub select: FleetSelect,
+    /// Write one shared Delta Lake (`file:///path` or `s3://bucket/prefix`), each organization
+    /// under its name, instead of a warehouse per organization
+    #[arg(long, env = "CREATOR_ETL_LAKE", value_name = "URL")]
+    pub lake: Option<String>,
+    /// At most N transforms, loads and lake commits at once (they use CPU; extracts only wait)
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub max_loads: usize,
+    /// Per organization, send at most N requests, then keep what was fetched and resume next run
+    #[arg(long, value_name = "N")]
+    pub max_requests_per_org: Option<u64>,
+    /// Per organization, run at most this long (`90s`, `15m`, `2h`), then keep what was fetched
+    /// and resume next run
+    #[arg(long, value_name = "DURATION")]
+    pub max_duration: Option<String>,
+    /// Fail an organization's load when a data-quality check finds a problem
+    #[arg(long)]
+    pub strict: bool,
+    /// Bucket edges of monthly posts for `post_count_cohorts`, comma-separated, increasing
+    #[arg(long, value_delimiter = ',', default_value = "1,5,13,31", value_name = "LIST")]
+    pub cohort_edges: Vec<i64>,
+    /// Write per-organization metrics here in the Prometheus textfile-collector format
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<PathBuf>,
+    /// POST OpenLineage run events (START, COMPLETE, FAIL) to this URL
+    #[arg(long, value_name = "URL", conflicts_with = "openlineage_file")]
+    pub openlineage_url: Option<String>,
+    /// Append OpenLineage run events to this file, one JSON object per line
+    #[arg(long, value_name = "PATH")]
+    pub openlineage_file: Option<PathBuf>,
+}
+
+/// Parses `90`, `90s`, `15m` or `2h`.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let (n, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let n: u64 = n.parse().ok()?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        _ => return None,
+    };
+    (secs > 0).then(|| Duration::from_secs(secs))
+}
+
+impl FleetRunArgs {
+    /// Validates the whole fleet run: the file, the flags, every organization's client, extract,
+    /// load and actions, before anything is sent.
+    pub fn config(&self, global: &GlobalArgs) -> Result<(Vec<Job>, RunOptions), Error> {
+        let (fleet, selected) = self.select.select()?;
+        let mut problems = vec![];
+        if let Err(e) = crate::transform::buckets(&self.cohort_edges) {
+            problems.push(format!("`--cohort-edges`: {e}"));
+        }
+        if !(1..=64).contains(&self.max_loads) {
+            problems.push("`--max-loads` must be between 1 and 64".into());
+        }
+        if self.max_requests_per_org == Some(0) {
+            problems.push("`--max-requests-per-org` must be at least 1".into());
+        }
+        let max_duration = self.max_duration.as_deref().and_then(|d| {
+            let parsed = parse_duration(d);
+            if parsed.is_none() {
+                problems.push(format!("`--max-duration` `{d}` is not a duration such as `90s`, `15m` or `2h`"));
+            }
+            parsed
+        });
+        let lake = self.lake.as_deref().and_then(|url| checked_lake(url, None, &mut problems));
+        let lineage = match (&self.openlineage_url, &self.openlineage_file) {
+            (Some(url), _) => match Url::parse(url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => Some(Lineage::url(u)?),
+                _ => {
+                    problems.push(format!("`--openlineage-url` `{url}` must be an http(s) URL"));
+                    None
+                }
+            },
+            (None, Some(path)) => Some(Lineage::file(path.clone())),
+            (None, None) => None,
+        };
+        let mut jobs = vec![];
+        for org in fleet.organizations.iter().filter(|o| selected.contains(&o.name)) {
+            match self.job(org, global, lake.as_deref()) {
+                Ok(job) => jobs.push(job),
+                Err(p) => problems.extend(p),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(Error::Config(problems));
+        }
+        let options = RunOptions {
+            max_loads: self.max_loads,
+            max_requests: self.max_requests_per_org,
+            max_duration,
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(global.timeout_s.max(1)),
+            metrics_file: self.metrics_file.clone(),
+            lineage,
+        };
+        Ok((jobs, options))
+    }
+
+    /// One organization's sync, its settings over the command line's.
+    fn job(&self, org: &Organization, global: &GlobalArgs, lake: Option<&str>) -> Result<Job, Vec<String>> {
+        let at = format!("organization `{}`", org.name);
+        let s = &org.settings;
+        let out = OutDir::new(crate::fleet::run::org_dir(&global.out, &org.name));
+        let mut pacing = global.pacing();
+        if let Some(ms) = s.min_interval_ms {
+            pacing.min_interval = Duration::from_millis(ms);
+        }
+        if let Some(cap) = s.hourly_cap {
+            pacing.hourly_cap = (cap > 0).then_some(cap.min(u64::from(u32::MAX)) as u32);
+        }
+        let base_url = s.base_url.as_deref().unwrap_or(&global.base_url);
+        let mut problems = vec![];
+        let client = global
+            .client_config_for(&format!("{at}: base URL"), base_url, Ok(org.key.clone()), pacing)
+            .map_err(|p| problems.extend(p))
+            .ok()
+            .map(|c| c.pacing_memory_in(&out.state_dir()));
+        let actions = s.actions.as_ref().and_then(|file| match crate::action::read(file) {
+            Ok(reviewed) => {
+                let service = Url::parse(base_url).map_or_else(|_| base_url.to_owned(), |u| u.to_string());
+                let config = ActionConfig {
+                    out: out.clone(),
+                    file: file.clone(),
+                    max_rows: None,
+                    only: None,
+                    retry_failed: false,
+                    scope: Scope::new(&service, Some(org.key.fingerprint())),
+                };
+                Some((config, reviewed))
+            }
+            Err(e) => {
+                problems.push(format!("{at}: {e}"));
+                None
+            }
+        });
+        let Some(client) = client.filter(|_| problems.is_empty()) else { return Err(problems) };
+        let extract = ExtractConfig {
+            out: out.clone(),
+            statuses: s.statuses.clone().unwrap_or_else(|| ApplicationStatus::KNOWN.to_vec()),
+            campaign_id: s.campaign_id,
+            concurrency: 8,
+            max_passes: 3,
+            from: None,
+            to: None,
+            window_days: 90,
+            lookback_days: s.lookback_days.map_or(7, |d| d as u32),
+            since_days: s.since_days.map_or(365, |d| d as u32),
+            plan_only: false,
+            keep_raw: None,
+            fresh: false,
+            progress_bars: false,
+        };
+        let load = LoadConfig {
+            out,
+            cohort_edges: self.cohort_edges.clone(),
+            strict: self.strict,
+            parquet_grace: Duration::from_secs(3600),
+            lake: lake.map(|url| crate::load::lake::LakeConfig { url: url.to_owned(), org: org.name.clone() }),
+        };
+        Ok(Job { name: org.name.clone(), client, extract, load, actions })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -379,19 +610,12 @@ impl ExtractArgs {
         let statuses = if self.statuses.is_empty() {
             ApplicationStatus::KNOWN.to_vec()
         } else {
-            let mut v = vec![];
-            for s in &self.statuses {
-                let parsed = ApplicationStatus::parse(s.trim());
-                if !parsed.is_known() {
-                    problems.push(format!(
-                        "`--statuses`: `{s}` is not a status; allowed: {}",
-                        ApplicationStatus::known_list()
-                    ));
-                } else if !v.contains(&parsed) {
-                    v.push(parsed);
-                }
+            let (known, unknown) = ApplicationStatus::parse_known(self.statuses.iter().map(String::as_str));
+            for s in unknown {
+                problems
+                    .push(format!("`--statuses`: `{s}` is not a status; allowed: {}", ApplicationStatus::known_list()));
             }
-            v
+            known
         };
         if !(1..=64).contains(&self.concurrency) {
             problems.push("`--concurrency` must be between 1 and 64".into());
@@ -499,10 +723,47 @@ pub struct EmulatorArgs {
     /// Full-access key of the other organization
     #[arg(long, default_value = "emu-other-org-key")]
     pub other_org_key: String,
+    /// Also serve N numbered organizations (fleets), organization k with the key `emu-org-<k>-key`
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub organizations: u32,
+    /// Applications of each numbered organization
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub org_applications: usize,
+    /// A numbered organization's own policy, `K:SETTING,...` (repeatable), with settings
+    /// `min_interval_ms=MS`, `hourly_cap=N`, `cap_window_s=S`, `fault_rate=P` and `revoked`;
+    /// e.g. `--org-policy 3:hourly_cap=5,fault_rate=0.5`
+    #[arg(long = "org-policy", value_name = "K:SETTINGS")]
+    pub org_policies: Vec<String>,
+}
+
+/// Parses one `--org-policy K:SETTING,...` onto the emulator's own rate policy.
+fn org_policy(spec: &str, base: &RatePolicy, organizations: u32) -> Result<(u32, OrgPolicy), String> {
+    let bad = |why: String| format!("`--org-policy` `{spec}`: {why}");
+    let (k, settings) = spec.split_once(':').ok_or_else(|| bad("expected `K:SETTING,...`".into()))?;
+    let k: u32 = k.trim().parse().map_err(|_| bad(format!("`{k}` is not an organization number")))?;
+    if !(1..=organizations).contains(&k) {
+        return Err(bad(format!("organization {k} is not served (`--organizations {organizations}`)")));
+    }
+    let mut policy = OrgPolicy::default();
+    let mut rate = base.clone();
+    for setting in settings.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, value) = setting.split_once('=').unwrap_or((setting, ""));
+        let number = || value.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
+        match (name, number()) {
+            ("revoked", _) if value.is_empty() => policy.revoked = true,
+            ("min_interval_ms", Some(v)) => rate.min_interval = Duration::from_millis(v as u64),
+            ("hourly_cap", Some(v)) => rate.hourly_cap = (v >= 1.0).then_some(v as u32),
+            ("cap_window_s", Some(v)) if v >= 1.0 => rate.cap_window = Duration::from_secs(v as u64),
+            ("fault_rate", Some(v)) if v <= 1.0 => policy.fault_rate = Some(v),
+            _ => return Err(bad(format!("`{setting}` is not one of min_interval_ms=MS, hourly_cap=N, cap_window_s=S, fault_rate=P (0 to 1), revoked"))),
+        }
+    }
+    policy.rate = Some(rate);
+    Ok((k, policy))
 }
 
 impl GlobalArgs {
-    fn pacing(&self) -> PacingConfig {
+    pub fn pacing(&self) -> PacingConfig {
         PacingConfig {
             min_interval: Duration::from_millis(self.min_interval_ms),
             hourly_cap: (self.hourly_cap > 0).then_some(self.hourly_cap),
@@ -518,40 +779,45 @@ impl GlobalArgs {
 
     /// Validates the client's settings: base URL, key, pacing, retries.
     pub fn client_config(&self) -> Result<ClientConfig, Error> {
+        let env_key = std::env::var(API_KEY_ENV).ok();
+        let key = ApiKey::resolve(self.api_key_file.as_deref(), env_key.as_deref()).map_err(|e| e.to_string());
+        self.client_config_for("`--base-url`", &self.base_url, key, self.pacing()).map_err(Error::Config)
+    }
+
+    /// A client's settings from these options, with its own base URL, key and pacing (a fleet's
+    /// organization); `what` names the base URL's origin in messages.
+    pub fn client_config_for(
+        &self,
+        what: &str,
+        base_url: &str,
+        key: Result<ApiKey, String>,
+        pacing: PacingConfig,
+    ) -> Result<ClientConfig, Vec<String>> {
         let mut problems = vec![];
-        let url = match Url::parse(&self.base_url) {
+        let url = match Url::parse(base_url) {
             Ok(u) if !u.username().is_empty() || u.password().is_some() => {
-                problems.push(
-                    "`--base-url` must not hold a user name or password (`user:pass@`); the key is the only credential"
-                        .into(),
-                );
+                problems.push(format!(
+                    "{what} must not hold a user name or password (`user:pass@`); the key is the only credential"
+                ));
                 None
             }
             Ok(u) if u.scheme() == "http" && u.host().is_some() && !is_loopback(&u) && !self.allow_insecure_http => {
                 problems.push(format!(
-                    "`--base-url` `{}` is plain http to another machine: the API key would travel in clear text; use https, or pass `--allow-insecure-http` if the network is trusted",
-                    self.base_url
+                    "{what} `{base_url}` is plain http to another machine: the API key would travel in clear text; use https, or pass `--allow-insecure-http` if the network is trusted"
                 ));
                 None
             }
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
             Ok(_) => {
-                problems.push(format!("`--base-url` `{}` must be an http(s) URL with a host", self.base_url));
+                problems.push(format!("{what} `{base_url}` must be an http(s) URL with a host"));
                 None
             }
             Err(e) => {
-                problems.push(format!("`--base-url` `{}` is not a URL: {e}", self.base_url));
+                problems.push(format!("{what} `{base_url}` is not a URL: {e}"));
                 None
             }
         };
-        let env_key = std::env::var(API_KEY_ENV).ok();
-        let key = match ApiKey::resolve(self.api_key_file.as_deref(), env_key.as_deref()) {
-            Ok(k) => Some(k),
-            Err(e) => {
-                problems.push(e.to_string());
-                None
-            }
-        };
+        let key = key.map_err(|e| problems.push(e)).ok();
         self.pacing_problems(&mut problems);
         if self.max_attempts == 0 {
             problems.push("`--max-attempts` must be at least 1".into());
@@ -561,7 +827,7 @@ impl GlobalArgs {
         }
         match (url, key) {
             (Some(url), Some(key)) if problems.is_empty() => Ok(ClientConfig {
-                pacing: self.pacing(),
+                pacing,
                 retry: RetryPolicy {
                     max_attempts: self.max_attempts,
                     deadline: Duration::from_secs(self.deadline_s),
@@ -570,7 +836,7 @@ impl GlobalArgs {
                 request_timeout: Duration::from_secs(self.timeout_s),
                 ..ClientConfig::new(url, key)
             }),
-            _ => Err(Error::Config(problems)),
+            _ => Err(problems),
         }
     }
 }
@@ -620,10 +886,24 @@ impl EmulatorArgs {
             problems.push("the three emulator keys must differ".into());
         }
         global.pacing_problems(&mut problems);
+        let pacing = global.pacing();
+        let rate = RatePolicy {
+            min_interval: pacing.min_interval,
+            hourly_cap: pacing.hourly_cap,
+            cap_window: pacing.cap_window,
+        };
+        let mut org_policies = std::collections::BTreeMap::new();
+        for spec in &self.org_policies {
+            match org_policy(spec, &rate, self.organizations) {
+                Ok((k, p)) => {
+                    org_policies.insert(k, p);
+                }
+                Err(e) => problems.push(e),
+            }
+        }
         if !problems.is_empty() {
             return Err(Error::Config(problems));
         }
-        let pacing = global.pacing();
         let config = EmulatorConfig {
             data: GenConfig {
                 seed: self.seed,
@@ -631,17 +911,15 @@ impl EmulatorArgs {
                 sales: self.sales,
                 today,
                 content_years: self.content_years,
+                organizations: self.organizations,
+                org_applications: self.org_applications,
             },
             keys: Keys {
                 full: self.full_key.clone(),
                 read_only: self.read_only_key.clone(),
                 other_org: self.other_org_key.clone(),
             },
-            rate: RatePolicy {
-                min_interval: pacing.min_interval,
-                hourly_cap: pacing.hourly_cap,
-                cap_window: pacing.cap_window,
-            },
+            rate,
             faults: FaultConfig {
                 rate: self.fault_rate,
                 slow: Duration::from_millis(self.slow_ms),
@@ -651,6 +929,7 @@ impl EmulatorArgs {
             latency: Duration::from_millis(self.latency_ms),
             drift: self.drift,
             admin: self.admin,
+            org_policies,
         };
         Ok((config, SocketAddr::new(self.host, self.port)))
     }

@@ -116,7 +116,8 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
 
     let stop = stop_signal();
     // A client per run, so each run's report counts its own requests; they share the pacer.
-    let first = pipeline(&Client::new(client_config.clone())?, &extract, load.clone(), None, stop.clone()).await?;
+    let first =
+        pipeline(&Client::new(client_config.clone())?, &extract, load.clone(), None, stop.clone(), None).await?;
     // Between two scheduled runs, the brand decides some pending applications in its dashboard.
     // The second run is incremental and records the changes in the status history.
     let decided = decide_pending(&emu, 24);
@@ -125,7 +126,7 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
         first.extract.applications_total
     );
     let client = Client::new(client_config)?;
-    let report = pipeline(&client, &extract, load, Some((actions, reviewed)), stop).await?;
+    let report = pipeline(&client, &extract, load, Some((actions, reviewed)), stop, None).await?;
     emu.stop().await;
     println!("{}", summary(&report, &root)?);
     // The example file holds failures on purpose (a cancelled sale, a foreign sale, …): the demo

@@ -52,7 +52,15 @@ pub struct Input {
 /// daily statistics with the emulator's generator.
 pub fn generate(seed: u64, applications: usize, accounts: usize, years: u32) -> Input {
     let today = Utc::now().date_naive();
-    let dataset = data::generate(&GenConfig { seed, applications, sales: 16, today, content_years: years });
+    let dataset = data::generate(&GenConfig {
+        seed,
+        applications,
+        sales: 16,
+        today,
+        content_years: years,
+        organizations: 0,
+        org_applications: 0,
+    });
     let now = Utc::now();
     let mut apps: Vec<Observation> = dataset
         .applications

@@ -18,6 +18,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -92,6 +93,9 @@ pub struct ClientConfig {
     pub max_body_bytes: usize,
     /// A file that keeps the pacer's memory between processes ([`ClientConfig::pacing_memory_in`]).
     pub pacing_memory: Option<PathBuf>,
+    /// Send at most this many requests (retries included); later ones end with
+    /// [`ApiError::Interrupted`], as a stop does ([`Client::budget_spent`]).
+    pub max_requests: Option<u64>,
 }
 
 impl ClientConfig {
@@ -114,6 +118,7 @@ impl ClientConfig {
             request_timeout: Duration::from_secs(60),
             max_body_bytes: MAX_BODY_BYTES,
             pacing_memory: None,
+            max_requests: None,
         }
     }
 }
@@ -252,6 +257,27 @@ struct Inner {
     /// Where the pacer's memory is kept between processes, and a lock that orders its writes.
     memory_file: Option<PathBuf>,
     memory_lock: Mutex<()>,
+    /// At most this many requests (attempts), and how many were started.
+    budget: Option<(u64, AtomicU64)>,
+}
+
+/// HTTP connection pools for reads and writes, shareable by many [`Client`]s.
+#[derive(Clone, Debug)]
+pub struct Transport {
+    http: reqwest::Client,
+    http_write: reqwest::Client,
+}
+
+impl Transport {
+    pub fn new(connect_timeout: Duration, request_timeout: Duration) -> Result<Self, ApiError> {
+        let builder = || reqwest::Client::builder().connect_timeout(connect_timeout).timeout(request_timeout);
+        let http = builder().build().map_err(|e| ApiError::Setup(e.to_string()))?;
+        let http_write = builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| ApiError::Setup(e.to_string()))?;
+        Ok(Transport { http, http_write })
+    }
 }
 
 /// The API client. Cheap to clone; clones share the connection pool, pacer and counters.
@@ -307,6 +333,14 @@ pub async fn stopped(mut rx: watch::Receiver<bool>) {
 
 impl Client {
     pub fn new(config: ClientConfig) -> Result<Self, ApiError> {
+        let transport = Transport::new(config.connect_timeout, config.request_timeout)?;
+        Self::with_transport(config, &transport)
+    }
+
+    /// A client on a shared [`Transport`]: many organizations' clients (a fleet) share one
+    /// connection pool and TLS setup, while each keeps its own key, pacer and counters.
+    /// The transport's timeouts apply, not `config`'s.
+    pub fn with_transport(config: ClientConfig, transport: &Transport) -> Result<Self, ApiError> {
         let mut base = config.base_url.clone();
         if !base.path().ends_with('/') {
             let path = format!("{}/", base.path());
@@ -315,13 +349,7 @@ impl Client {
         let mut auth = HeaderValue::from_str(&format!("Bearer {}", config.api_key.expose()))
             .map_err(|_| ApiError::Setup("the API key is not a valid header value".into()))?;
         auth.set_sensitive(true);
-        let builder =
-            || reqwest::Client::builder().connect_timeout(config.connect_timeout).timeout(config.request_timeout);
-        let http = builder().build().map_err(|e| ApiError::Setup(e.to_string()))?;
-        let http_write = builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| ApiError::Setup(e.to_string()))?;
+        let (http, http_write) = (transport.http.clone(), transport.http_write.clone());
         let pacer = Pacer::shared(base.as_str(), &config.api_key.fingerprint(), config.pacing.clone());
         if let Some(memory) = config.pacing_memory.as_deref().and_then(read_memory) {
             pacer.restore(&memory);
@@ -338,6 +366,7 @@ impl Client {
                 max_body: config.max_body_bytes,
                 memory_file: config.pacing_memory,
                 memory_lock: Mutex::new(()),
+                budget: config.max_requests.map(|max| (max, AtomicU64::new(0))),
             }),
             stop: None,
         })
@@ -347,6 +376,11 @@ impl Client {
     /// [`ApiError::Interrupted`] once `stop` is raised. A request already sent is not cut off.
     pub fn with_stop(&self, stop: watch::Receiver<bool>) -> Client {
         Client { inner: self.inner.clone(), stop: Some(stop) }
+    }
+
+    /// Whether a request was refused because `max_requests` were sent.
+    pub fn budget_spent(&self) -> bool {
+        self.inner.budget.as_ref().is_some_and(|(max, used)| used.load(Ordering::SeqCst) > *max)
     }
 
     /// Counters of every request this client and its clones made.
@@ -552,6 +586,12 @@ impl Client {
         let mut lost = false;
         loop {
             attempt += 1;
+            if let Some((max, used)) = &inner.budget {
+                if used.fetch_add(1, Ordering::SeqCst) >= *max {
+                    tracing::debug!(max, "request budget spent");
+                    return Attempts { result: Err(ApiError::Interrupted { url: shown.clone() }), lost };
+                }
+            }
             let dispatch = match self.interruptible(inner.pacer.acquire(endpoint.class()), &shown).await {
                 Ok(d) => d,
                 Err(e) => return Attempts { result: Err(e), lost },

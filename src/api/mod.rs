@@ -12,8 +12,8 @@ pub mod pacing;
 
 pub use client::{
     rate_limit_wait, stopped, ApplicationsQuery, Client, ClientConfig, Endpoint, Fetched, MarkOutcome, PayoutsQuery,
-    RetryPolicy, WriteError, Written, CONTENT_LIMIT_ALL, DEFAULT_BASE_URL, MAX_APPLICATIONS_PER_PAGE, MAX_BODY_BYTES,
-    MAX_PAYOUTS_PER_PAGE, MAX_ROW_COUNT,
+    RetryPolicy, Transport, WriteError, Written, CONTENT_LIMIT_ALL, DEFAULT_BASE_URL, MAX_APPLICATIONS_PER_PAGE,
+    MAX_BODY_BYTES, MAX_PAYOUTS_PER_PAGE, MAX_ROW_COUNT,
 };
 pub use error::ApiError;
 pub(crate) use key::fnv1a;

@@ -51,6 +51,21 @@ macro_rules! string_enum {
             pub fn known_list() -> String {
                 Self::KNOWN.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(", ")
             }
+
+            /// Parses a list of known values, each once in first-seen order; the unknown items
+            /// are returned as given, for a message naming them with [`Self::known_list`].
+            pub fn parse_known<'a>(items: impl IntoIterator<Item = &'a str>) -> (Vec<Self>, Vec<&'a str>) {
+                let (mut known, mut unknown) = (vec![], vec![]);
+                for item in items {
+                    let v = Self::parse(item.trim());
+                    if !v.is_known() {
+                        unknown.push(item);
+                    } else if !known.contains(&v) {
+                        known.push(v);
+                    }
+                }
+                (known, unknown)
+            }
         }
 
         impl fmt::Display for $name {

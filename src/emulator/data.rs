@@ -11,6 +11,9 @@
 //! - sales: updatable website/ios/android sales 7001…(7000 + `sales`), storefront (not updatable)
 //!   6001–6004, cancelled 6011–6014, the other organization's 6901–6904;
 //! - payouts: see [`PayoutKind`]; ids from 3001, UUIDs derived from the seed.
+//! - `organizations` more, numbered 1…N ([`numbered_org`]), for fleets: each with
+//!   `org_applications` applications over three years, two campaigns (ids 1,000,000 + 10·k + 1
+//!   and + 2), its own content statistics, no sales or payouts, and the key [`org_key`].
 
 use chrono::{DateTime, Datelike, Duration as ChronoDuration, NaiveDate, TimeZone, Utc};
 
@@ -18,6 +21,16 @@ use crate::api::models::*;
 
 pub const MAIN_ORG: u32 = 1;
 pub const OTHER_ORG: u32 = 2;
+
+/// Internal id of numbered organization `k` (1-based).
+pub const fn numbered_org(k: u32) -> u32 {
+    1000 + k
+}
+
+/// The key of numbered organization `k`: `emu-org-<k>-key`.
+pub fn org_key(k: u32) -> String {
+    format!("emu-org-{k}-key")
+}
 
 /// Commission percentages by campaign, applied when a sale's total changes without commission.
 const COMMISSION_PCT: [i64; 3] = [10, 12, 15];
@@ -43,6 +56,10 @@ pub struct GenConfig {
     pub today: NaiveDate,
     /// Years of daily statistics before `today`; earlier days report zero.
     pub content_years: u32,
+    /// Numbered organizations served besides the two fixed ones (fleets).
+    pub organizations: u32,
+    /// Applications of each numbered organization.
+    pub org_applications: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -356,6 +373,30 @@ pub fn generate(cfg: &GenConfig) -> Dataset {
 
     let sales = generate_sales(&mut rng, cfg, &campaigns);
     let payouts = generate_payouts(&mut rng, cfg, &campaigns);
+    let mut campaigns = campaigns;
+    for k in 1..=cfg.organizations {
+        let org = numbered_org(k);
+        let own: Vec<Campaign> = (1..=2)
+            .map(|j| Campaign {
+                id: 1_000_000 + 10 * i64::from(k) + j,
+                org,
+                name: format!("Organization {k}: campaign {j}"),
+                commission_pct: COMMISSION_PCT[j as usize % COMMISSION_PCT.len()],
+            })
+            .collect();
+        let mut rng = fastrand::Rng::with_seed(mix(cfg.seed ^ (u64::from(org) << 32)));
+        let n = cfg.org_applications as i64;
+        let step = (span_secs / (n + 1)).max(1);
+        let mut t = span_start;
+        for _ in 0..n {
+            t += ChronoDuration::seconds(rng.i64(1..=2 * step));
+            let status = status_for_age(&mut rng, (now - t).num_days());
+            let pool = (cfg.org_applications as u64 / 2).max(10);
+            applications.push((org, make_application(&mut rng, id, org, &own, t, status, pool, &mut next_account_id)));
+            id += 1;
+        }
+        campaigns.extend(own);
+    }
     let content = ContentModel {
         seed: cfg.seed,
         start: cfg.today - ChronoDuration::days(i64::from(cfg.content_years) * 365),
@@ -461,6 +502,8 @@ mod tests {
             sales: 16,
             today: NaiveDate::from_ymd_opt(2026, 3, 1).unwrap(),
             content_years: 3,
+            organizations: 0,
+            org_applications: 0,
         }
     }
 

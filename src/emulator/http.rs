@@ -104,7 +104,7 @@ async fn gate(State(st): State<Shared>, mut req: Request, next: Next) -> Respons
         tokio::time::sleep(st.latency).await;
     }
     let is_write = req.method() != Method::GET;
-    let fault = st.roll_fault(route == "GET /stats/content_24h_data", is_write);
+    let fault = st.roll_fault(&caller, route == "GET /stats/content_24h_data", is_write);
     let early = match fault {
         Some(Fault::ServerErrorHtml) => Some(
             (

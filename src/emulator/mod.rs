@@ -13,6 +13,7 @@ pub mod data;
 mod http;
 mod state;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,11 +22,11 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use data::{GenConfig, PayoutKind, StoredPayout, StoredSale, MAIN_ORG, OTHER_ORG};
+pub use data::{numbered_org, org_key, GenConfig, PayoutKind, StoredPayout, StoredSale, MAIN_ORG, OTHER_ORG};
 pub use http::app;
 pub use state::{
-    Caller, DriftEvent, EmulatorState, Fault, FaultConfig, Keys, LostKind, RatePolicy, RequestRecord, Store, Violation,
-    WriteRecord,
+    Caller, DriftEvent, EmulatorState, Fault, FaultConfig, Keys, LostKind, OrgPolicy, RatePolicy, RequestRecord, Store,
+    Violation, WriteRecord,
 };
 
 /// Path prefix of the API, as on the real service.
@@ -44,6 +45,8 @@ pub struct EmulatorConfig {
     pub drift: bool,
     /// Serve the introspection routes under `/__admin`.
     pub admin: bool,
+    /// Numbered organizations whose key has its own policy, by `k`.
+    pub org_policies: BTreeMap<u32, OrgPolicy>,
 }
 
 impl EmulatorConfig {
@@ -56,6 +59,8 @@ impl EmulatorConfig {
                 sales: 16,
                 today: chrono::Utc::now().date_naive(),
                 content_years: 6,
+                organizations: 0,
+                org_applications: 200,
             },
             keys: Keys::default(),
             rate: RatePolicy { min_interval: Duration::ZERO, hourly_cap: None, cap_window: Duration::from_secs(3600) },
@@ -63,22 +68,14 @@ impl EmulatorConfig {
             latency: Duration::ZERO,
             drift: false,
             admin: false,
+            org_policies: BTreeMap::new(),
         }
     }
 
     /// Builds the state: generates the data.
     pub fn build(&self) -> EmulatorState {
         let dataset = data::generate(&self.data);
-        EmulatorState::new(
-            dataset,
-            self.data.seed,
-            self.keys.clone(),
-            self.rate.clone(),
-            self.faults.clone(),
-            self.latency,
-            self.drift,
-            self.admin,
-        )
+        EmulatorState::new(self, dataset)
     }
 }
 

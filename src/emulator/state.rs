@@ -51,6 +51,17 @@ pub struct RatePolicy {
     pub cap_window: Duration,
 }
 
+/// How a numbered organization's key differs from the emulator's own policy.
+#[derive(Clone, Debug, Default)]
+pub struct OrgPolicy {
+    /// Its own rate policy instead of the emulator's.
+    pub rate: Option<RatePolicy>,
+    /// Its own fault rate (the kinds stay the emulator's).
+    pub fault_rate: Option<f64>,
+    /// The key was revoked: 401, as for an unknown key.
+    pub revoked: bool,
+}
+
 /// Injected failures.
 #[derive(Clone, Debug, Default)]
 pub struct FaultConfig {
@@ -316,6 +327,10 @@ pub struct EmulatorState {
     pub latency: Duration,
     pub drift: bool,
     pub admin: bool,
+    /// Numbered organizations' keys ([`data::org_key`]).
+    numbered: HashMap<String, Caller>,
+    /// Policies of numbered organizations that differ from the emulator's, by internal org id.
+    policies: HashMap<u32, OrgPolicy>,
     started: Instant,
     store: Mutex<Store>,
     rates: Mutex<HashMap<&'static str, KeyRate>>,
@@ -338,24 +353,26 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl EmulatorState {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        dataset: Dataset,
-        seed: u64,
-        keys: Keys,
-        rate: RatePolicy,
-        faults: FaultConfig,
-        latency: Duration,
-        drift: bool,
-        admin: bool,
-    ) -> Self {
+    pub(crate) fn new(config: &super::EmulatorConfig, dataset: Dataset) -> Self {
+        let seed = config.data.seed;
+        // Numbered organizations' callers, named `org-<k>` in records. The names live as long as
+        // the process, like the emulator; a few bytes per organization.
+        let numbered = (1..=config.data.organizations)
+            .map(|k| {
+                let role: &'static str = Box::leak(format!("org-{k}").into_boxed_str());
+                (data::org_key(k), Caller { org: data::numbered_org(k), read_only: false, role })
+            })
+            .collect();
+        let policies = config.org_policies.iter().map(|(k, p)| (data::numbered_org(*k), p.clone())).collect();
         EmulatorState {
-            keys,
-            rate,
-            faults,
-            latency,
-            drift,
-            admin,
+            keys: config.keys.clone(),
+            rate: config.rate.clone(),
+            faults: config.faults.clone(),
+            latency: config.latency,
+            drift: config.drift,
+            admin: config.admin,
+            numbered,
+            policies,
             started: Instant::now(),
             store: Mutex::new(Store::new(dataset, seed)),
             rates: Mutex::new(HashMap::new()),
@@ -383,12 +400,13 @@ impl EmulatorState {
         } else if key == self.keys.other_org {
             Some(Caller { org: data::OTHER_ORG, read_only: false, role: "other_org" })
         } else {
-            None
+            self.numbered.get(key).copied().filter(|c| !self.policies.get(&c.org).is_some_and(|p| p.revoked))
         }
     }
 
     /// Applies the rate policy to a request arriving now; an accepted request counts.
     pub(crate) fn admit(&self, caller: &Caller, route: &str, is_mark: bool) -> Result<(), RateRefusal> {
+        let policy = self.policies.get(&caller.org).and_then(|p| p.rate.as_ref()).unwrap_or(&self.rate);
         let now = Instant::now();
         let mut rates = lock(&self.rates);
         let kr = rates.entry(caller.role).or_default();
@@ -399,13 +417,13 @@ impl EmulatorState {
             kind,
             gap_ms: gap.map(|g| g.as_secs_f64() * 1000.0),
         };
-        if let Some(cap) = self.rate.hourly_cap.filter(|c| *c > 0) {
-            if kr.window_start.is_none_or(|s| now >= s + self.rate.cap_window) {
+        if let Some(cap) = policy.hourly_cap.filter(|c| *c > 0) {
+            if kr.window_start.is_none_or(|s| now >= s + policy.cap_window) {
                 kr.window_start = Some(now);
                 kr.window_count = 0;
             }
             if kr.window_count >= cap {
-                let reset_in = (kr.window_start.unwrap_or(now) + self.rate.cap_window).saturating_duration_since(now);
+                let reset_in = (kr.window_start.unwrap_or(now) + policy.cap_window).saturating_duration_since(now);
                 lock(&self.log).violations.push(violation("hourly_cap", None));
                 return Err(RateRefusal::Hourly {
                     cap,
@@ -420,9 +438,9 @@ impl EmulatorState {
         };
         if let Some(last) = kr.last_at {
             let gap = now - last;
-            if !self.rate.min_interval.is_zero() && gap < self.rate.min_interval {
+            if !policy.min_interval.is_zero() && gap < policy.min_interval {
                 lock(&self.log).violations.push(violation("spacing", Some(gap)));
-                return Err(spacing_refusal(self.rate.min_interval));
+                return Err(spacing_refusal(policy.min_interval));
             }
         }
         if is_mark {
@@ -448,8 +466,9 @@ impl EmulatorState {
     }
 
     /// Rolls the fault dice for one request.
-    pub(crate) fn roll_fault(&self, is_content: bool, is_write: bool) -> Option<Fault> {
-        let rate = lock(&self.fault_rate).unwrap_or(self.faults.rate);
+    pub(crate) fn roll_fault(&self, caller: &Caller, is_content: bool, is_write: bool) -> Option<Fault> {
+        let own = self.policies.get(&caller.org).and_then(|p| p.fault_rate);
+        let rate = own.unwrap_or_else(|| lock(&self.fault_rate).unwrap_or(self.faults.rate));
         if rate <= 0.0 {
             return None;
         }

@@ -78,8 +78,12 @@ pub enum ExtractError {
 }
 
 impl ExtractError {
+    /// A failed request; one that a stop or a spent request budget ended is an interruption.
     pub(crate) fn api(context: String, source: ApiError) -> Self {
-        ExtractError::Api { context, source }
+        match source {
+            ApiError::Interrupted { .. } => ExtractError::Interrupted,
+            source => ExtractError::Api { context, source },
+        }
     }
 }
 
@@ -215,12 +219,21 @@ pub fn content_range(config: &ExtractConfig, today: NaiveDate) -> (NaiveDate, Na
     (from.min(to), to)
 }
 
+/// The newest raw run's directory, when that run did not finish extracting.
+fn unfinished_dir(out: &OutDir) -> Option<PathBuf> {
+    let dir = runs_oldest_first(out).into_iter().rev().find(|d| d.join("run.json").exists())?;
+    (!dir.join("COMPLETE").exists()).then_some(dir)
+}
+
+/// The id of the newest raw run when it did not finish extracting: the next run with the same
+/// request resumes it.
+pub fn unfinished_run(out: &OutDir) -> Option<String> {
+    Some(unfinished_dir(out)?.file_name()?.to_string_lossy().into_owned())
+}
+
 /// An unfinished run asking for the same thing, to resume.
 fn find_resumable(config: &ExtractConfig, base_url: &str) -> Option<RunSpec> {
-    let dir = runs_oldest_first(&config.out).into_iter().rev().find(|d| d.join("run.json").exists())?;
-    if dir.join("COMPLETE").exists() {
-        return None;
-    }
+    let dir = unfinished_dir(&config.out)?;
     let spec: RunSpec = serde_json::from_slice(&std::fs::read(dir.join("run.json")).ok()?).ok()?;
     let same = spec.base_url == base_url
         && spec.statuses == config.statuses.iter().map(|s| s.to_string()).collect::<Vec<_>>()

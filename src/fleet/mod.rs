@@ -6,6 +6,9 @@
 //! before anything is sent: unknown keys, wrong types, duplicate names, a missing key variable
 //! or file, and two organizations sharing one API key (they would share one budget).
 
+pub mod observe;
+pub mod run;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -50,6 +53,56 @@ pub struct Organization {
 #[derive(Clone, Debug)]
 pub struct Fleet {
     pub organizations: Vec<Organization>,
+}
+
+/// One of `count` shards of a fleet: `--shard INDEX/COUNT`, `INDEX` from 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    /// Parses `I/N` with `0 <= I < N`.
+    pub fn parse(text: &str) -> Result<Shard, String> {
+        let bad = || format!("`--shard` `{text}` must be INDEX/COUNT with 0 <= INDEX < COUNT, e.g. `0/4`");
+        let (i, n) = text.split_once('/').ok_or_else(bad)?;
+        let (index, count) = (i.trim().parse::<u32>().map_err(|_| bad())?, n.trim().parse::<u32>().map_err(|_| bad())?);
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// Whether the organization `name` is in this shard: a stable hash of the name (32-bit
+    /// FNV-1a), modulo the count. The same name lands in the same shard on every machine and
+    /// release, so N processes cover a fleet exactly once.
+    pub fn contains(&self, name: &str) -> bool {
+        crate::api::fnv1a(name.as_bytes()) % self.count == self.index
+    }
+}
+
+impl Fleet {
+    /// The organizations `--only` names (all when `None`) that fall in `shard`, in file order.
+    /// A name in `only` that the file does not have is an error.
+    pub fn select(&self, only: Option<&[String]>, shard: Option<Shard>) -> Result<Vec<&Organization>, Vec<String>> {
+        if let Some(only) = only {
+            let unknown: Vec<String> = only
+                .iter()
+                .filter(|n| !self.organizations.iter().any(|o| &o.name == *n))
+                .map(|n| format!("`--only`: no organization `{n}` in the fleet file"))
+                .collect();
+            if !unknown.is_empty() {
+                return Err(unknown);
+            }
+        }
+        Ok(self
+            .organizations
+            .iter()
+            .filter(|o| only.is_none_or(|only| only.contains(&o.name)))
+            .filter(|o| shard.is_none_or(|s| s.contains(&o.name)))
+            .collect())
+    }
 }
 
 /// Reads and validates a fleet file. `env` looks up key variables (the process environment in
@@ -207,18 +260,20 @@ fn settings(t: &toml::Table, at: &str, base: &Path, defaults: &Settings, problem
     match t.get("statuses") {
         None => {}
         Some(toml::Value::Array(list)) => {
-            let mut parsed = vec![];
-            for v in list {
-                match v.as_str().map(ApplicationStatus::parse) {
-                    Some(st) if st.is_known() => parsed.push(st),
-                    _ => problems.push(format!(
-                        "{at}: `statuses`: {} is not a status; allowed: {}",
-                        v.as_str().map_or("a value that is not text".to_owned(), |s| format!("`{s}`")),
-                        ApplicationStatus::known_list()
-                    )),
-                }
+            if list.iter().any(|v| !v.is_str()) {
+                problems.push(format!("{at}: `statuses` must be a list of text, e.g. [\"pending\", \"accepted\"]"));
             }
-            s.statuses = Some(parsed);
+            let (known, unknown) = ApplicationStatus::parse_known(list.iter().filter_map(toml::Value::as_str));
+            for st in unknown {
+                problems.push(format!(
+                    "{at}: `statuses`: `{st}` is not a status; allowed: {}",
+                    ApplicationStatus::known_list()
+                ));
+            }
+            if list.is_empty() {
+                problems.push(format!("{at}: `statuses` is empty; leave it out for all six"));
+            }
+            s.statuses = Some(known);
         }
         Some(_) => problems.push(format!("{at}: `statuses` must be a list, e.g. [\"pending\", \"accepted\"]")),
     }
@@ -272,6 +327,24 @@ mod tests {
         assert_eq!(b.settings.statuses.as_ref().map(Vec::len), Some(2));
         assert_eq!(a.key_source, KeySource::Env("ACME_KEY".into()));
         assert!(!format!("{fleet:?}").contains("key-acme-1"), "the key never shows");
+    }
+
+    #[test]
+    fn shards_cover_a_fleet_exactly_once() {
+        let names: Vec<String> = (0..500).map(|i| format!("org-{i}")).collect();
+        for n in [1, 2, 3, 4, 7, 16] {
+            let mut seen = vec![0; names.len()];
+            for i in 0..n {
+                let shard = Shard::parse(&format!("{i}/{n}")).unwrap();
+                for (k, name) in names.iter().enumerate() {
+                    seen[k] += u32::from(shard.contains(name));
+                }
+            }
+            assert!(seen.iter().all(|c| *c == 1), "{n} shards");
+        }
+        for bad in ["4/4", "1", "a/2", "0/0", "-1/3"] {
+            assert!(Shard::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod cli;
 mod demo;
 mod emulator_http;
 mod extract;
+mod fleet;
 mod lake;
 mod load;
 mod moto;

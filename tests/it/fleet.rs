@@ -1,0 +1,350 @@
+//! `fleet run` and `fleet status` through the real binary, against an emulator serving numbered
+//! organizations, each with its own key and policy.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use creator_etl::emulator::{numbered_org, org_key, EmulatorConfig, Fault, OrgPolicy, RatePolicy};
+use serde_json::Value;
+
+use crate::util::{assert_exit, run_bin, show, TestEmu};
+
+/// An emulator of `n` numbered organizations of `apps` applications each.
+fn fleet_emulator(n: u32, apps: usize, policies: &[(u32, OrgPolicy)]) -> TestEmu {
+    let mut cfg = EmulatorConfig::for_tests(20);
+    cfg.data.organizations = n;
+    cfg.data.org_applications = apps;
+    cfg.faults.kinds = vec![Fault::Unavailable];
+    cfg.org_policies = policies.iter().cloned().collect();
+    TestEmu::start(cfg)
+}
+
+/// A fleet file naming organization k of the emulator as `names[k-1]`, keys in `KEY_<k>`.
+fn fleet_file(dir: &Path, names: &[&str], extra: &str) -> std::path::PathBuf {
+    let mut text = format!("[defaults]\nsince_days = 60\n{extra}\n");
+    for (i, name) in names.iter().enumerate() {
+        text.push_str(&format!("[[organization]]\nname = \"{name}\"\nkey_env = \"KEY_{}\"\n", i + 1));
+    }
+    let path = dir.join("fleet.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn key_env(n: u32) -> Vec<(String, String)> {
+    (1..=n).map(|k| (format!("KEY_{k}"), org_key(k))).collect()
+}
+
+fn fleet(dir: &Path, emu: &TestEmu, args: &[&str], keys: &[(String, String)]) -> std::process::Output {
+    let out = dir.join("out");
+    let mut all = vec!["--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "fleet"];
+    all.extend_from_slice(args);
+    let envs: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    run_bin(dir, &all, &envs)
+}
+
+fn report(o: &std::process::Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+fn by_name(rep: &Value) -> BTreeMap<String, Value> {
+    let list = rep.as_array().or_else(|| rep["organizations"].as_array()).unwrap();
+    list.iter().map(|o| (o["name"].as_str().unwrap().to_owned(), o.clone())).collect()
+}
+
+/// Applications in an organization's warehouse.
+fn warehouse_ids(dir: &Path, name: &str) -> BTreeSet<i64> {
+    let c = duckdb::Connection::open(dir.join("out/orgs").join(name).join("warehouse.duckdb")).unwrap();
+    let mut st = c.prepare("SELECT id FROM applications").unwrap();
+    st.query_map([], |r| r.get::<_, i64>(0)).unwrap().map(Result::unwrap).collect()
+}
+
+fn truth_ids(emu: &TestEmu, k: u32) -> BTreeSet<i64> {
+    emu.state.applications(numbered_org(k)).iter().map(|a| a.id).collect()
+}
+
+/// The issue's mixed fleet: a revoked key, an organization under 503s, one at its hourly cap,
+/// and two healthy ones, which complete with exactly their own data. Then `fleet status`, the
+/// Prometheus textfile and the OpenLineage events.
+#[test]
+fn a_mixed_fleet_isolates_every_fault() {
+    let capped =
+        RatePolicy { min_interval: Duration::ZERO, hourly_cap: Some(3), cap_window: Duration::from_secs(3600) };
+    let emu = fleet_emulator(
+        5,
+        150,
+        &[
+            (2, OrgPolicy { revoked: true, ..OrgPolicy::default() }),
+            (3, OrgPolicy { fault_rate: Some(1.0), ..OrgPolicy::default() }),
+            (4, OrgPolicy { rate: Some(capped), ..OrgPolicy::default() }),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["alpha", "revoked", "storm", "capped", "omega"];
+    let file = fleet_file(dir.path(), &names, "");
+    // The capped organization's own setting tells its client the cap too.
+    let text = std::fs::read_to_string(&file).unwrap().replace(
+        "name = \"capped\"\nkey_env = \"KEY_4\"\n",
+        "name = \"capped\"\nkey_env = \"KEY_4\"\nhourly_cap = 3\n",
+    );
+    std::fs::write(&file, text).unwrap();
+    let metrics = dir.path().join("fleet.prom");
+    let lineage = dir.path().join("lineage.ndjson");
+    let args = [
+        "run",
+        "--config",
+        file.to_str().unwrap(),
+        "--max-duration",
+        "15s",
+        "--metrics-file",
+        metrics.to_str().unwrap(),
+        "--openlineage-file",
+        lineage.to_str().unwrap(),
+    ];
+    let keys = key_env(5);
+    let o = fleet(dir.path(), &emu, &[&args[..], &["--max-loads", "1", "--max-attempts", "2"]].concat(), &keys);
+    assert_exit(&args, &o, 6);
+    let rep = report(&o);
+    let orgs = by_name(&rep);
+    let outcome = |n: &str| orgs[n]["outcome"].as_str().unwrap().to_owned();
+    assert_eq!(outcome("alpha"), "completed", "{}", show(&args, &o));
+    assert_eq!(outcome("omega"), "completed");
+    assert_eq!(outcome("revoked"), "failed");
+    assert_eq!(orgs["revoked"]["exit_code"], 4);
+    assert_eq!(outcome("storm"), "failed");
+    assert!(orgs["storm"]["error"].as_str().unwrap().contains("503"), "{}", orgs["storm"]);
+    assert_eq!(outcome("capped"), "incomplete");
+    assert!(orgs["capped"]["error"].as_str().unwrap().contains("--max-duration"), "{}", orgs["capped"]);
+    assert_eq!(orgs["capped"]["resumable"], true);
+    for (name, k) in [("alpha", 1), ("omega", 5)] {
+        assert_eq!(warehouse_ids(dir.path(), name), truth_ids(&emu, k), "{name} has exactly its own data");
+        assert_eq!(orgs[name]["applications"].as_u64().unwrap() as usize, truth_ids(&emu, k).len());
+        assert_eq!(orgs[name]["rate_limited"], 0);
+    }
+    // The healthy organizations did not wait for the capped one's stop.
+    for name in ["alpha", "omega"] {
+        assert!(orgs[name]["finished_at"].as_str() < orgs["capped"]["finished_at"].as_str());
+    }
+    assert!(emu.state.violations().iter().all(|v| v.key == "org-4"), "{:?}", emu.state.violations());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("organization") && stderr.contains("capped") && stderr.contains("incomplete"), "{stderr}");
+    for k in 1..=5 {
+        assert!(!String::from_utf8_lossy(&o.stdout).contains(&org_key(k)), "no key in the report");
+    }
+
+    // fleet status: the last success, the last error, and what resumes.
+    let o = fleet(dir.path(), &emu, &["status", "--config", file.to_str().unwrap()], &keys);
+    assert_exit(&[], &o, 0);
+    let status = by_name(&report(&o));
+    assert!(status["alpha"]["last_success_at"].is_string());
+    assert!(status["revoked"]["last_success_at"].is_null());
+    assert!(status["revoked"]["last_error"].as_str().unwrap().contains("401"), "{}", status["revoked"]);
+    assert!(status["capped"]["resumable_run"].is_string());
+    assert!(status["alpha"]["resumable_run"].is_null());
+
+    // The Prometheus textfile parses with the reference parser.
+    let parsed =
+        Command::new(crate::demo::notebook_python()).args(["-c", PARSE_METRICS]).arg(&metrics).output().unwrap();
+    assert!(parsed.status.success(), "{}", String::from_utf8_lossy(&parsed.stderr));
+    let samples: BTreeMap<String, f64> = String::from_utf8_lossy(&parsed.stdout)
+        .lines()
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_owned(), v.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(samples["creator_etl_fleet_last_run_success{alpha}"], 1.0);
+    assert_eq!(samples["creator_etl_fleet_last_run_success{storm}"], 0.0);
+    assert_eq!(samples["creator_etl_fleet_last_run_rows{alpha}"], truth_ids(&emu, 1).len() as f64);
+    assert!(samples["creator_etl_fleet_last_success_timestamp_seconds{alpha}"] > 1.7e9);
+    assert!(!samples.contains_key("creator_etl_fleet_last_success_timestamp_seconds{storm}"));
+    assert!(samples.contains_key("creator_etl_fleet_last_run_requests{capped}"));
+    assert!(samples.contains_key("creator_etl_fleet_last_run_rate_limited{omega}"));
+    assert!(samples.contains_key("creator_etl_fleet_last_run_duration_seconds{revoked}"));
+
+    // OpenLineage: a START and a COMPLETE or FAIL per organization, with the spec's required fields.
+    let events: Vec<Value> =
+        std::fs::read_to_string(&lineage).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(events.len(), 10);
+    for e in &events {
+        check_run_event(e);
+    }
+    let kinds = |job: &str| -> Vec<String> {
+        events.iter().filter(|e| e["job"]["name"] == job).map(|e| e["eventType"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(kinds("fleet.alpha"), ["START", "COMPLETE"]);
+    assert_eq!(kinds("fleet.storm"), ["START", "FAIL"]);
+    let fail = events.iter().find(|e| e["job"]["name"] == "fleet.revoked" && e["eventType"] == "FAIL").unwrap();
+    assert!(fail["run"]["facets"]["errorMessage"]["message"].as_str().unwrap().contains("401"));
+    let start = events.iter().find(|e| e["job"]["name"] == "fleet.alpha").unwrap();
+    let end = events.iter().rfind(|e| e["job"]["name"] == "fleet.alpha").unwrap();
+    assert_eq!(start["run"]["runId"], end["run"]["runId"], "one run id per organization run");
+    assert!(start["inputs"][0]["name"].as_str().unwrap().ends_with("/campaign_applications"));
+    assert!(start["outputs"][0]["name"].as_str().unwrap().ends_with("orgs/alpha/warehouse.duckdb"));
+}
+
+const PARSE_METRICS: &str = r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+for family in text_string_to_metric_families(open(sys.argv[1]).read()):
+    assert family.type == "gauge", family
+    for s in family.samples:
+        print(f"{s.name}{{{s.labels['organization']}}} {s.value}")
+"#;
+
+/// The required fields of an OpenLineage RunEvent (spec 2-0-2): eventTime, producer, schemaURL,
+/// run.runId (a UUID), job.namespace and job.name; datasets with namespace and name.
+fn check_run_event(e: &Value) {
+    for field in ["eventTime", "producer", "schemaURL", "eventType"] {
+        assert!(e[field].is_string(), "{field} in {e}");
+    }
+    assert!(["START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"].contains(&e["eventType"].as_str().unwrap()));
+    chrono::DateTime::parse_from_rfc3339(e["eventTime"].as_str().unwrap()).unwrap();
+    assert!(e["schemaURL"].as_str().unwrap().starts_with("https://openlineage.io/spec/"));
+    uuid::Uuid::parse_str(e["run"]["runId"].as_str().unwrap()).unwrap();
+    assert!(e["job"]["namespace"].is_string() && e["job"]["name"].is_string(), "{e}");
+    for side in ["inputs", "outputs"] {
+        for d in e[side].as_array().unwrap() {
+            assert!(d["namespace"].is_string() && d["name"].is_string(), "{d}");
+        }
+    }
+}
+
+/// A request budget stops each organization early, with what it fetched kept; the next run
+/// resumes and completes, into one shared lake.
+#[test]
+fn a_budgeted_run_resumes_and_a_fleet_writes_one_lake() {
+    let emu = fleet_emulator(3, 400, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["a", "b", "c"], "");
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let keys = key_env(3);
+    let args = ["run", "--config", file.to_str().unwrap(), "--lake", &lake, "--max-requests-per-org", "3"];
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &o, 0);
+    let orgs = by_name(&report(&o));
+    for name in ["a", "b", "c"] {
+        assert_eq!(orgs[name]["outcome"], "incomplete", "{}", orgs[name]);
+        assert_eq!(orgs[name]["requests"], 3);
+        assert!(orgs[name]["error"].as_str().unwrap().contains("request budget of 3"));
+        assert_eq!(orgs[name]["resumable"], true);
+    }
+    let requests = emu.state.requests().len();
+    assert_eq!(requests, 9, "exactly the budget");
+    let args = ["run", "--config", file.to_str().unwrap(), "--lake", &lake, "--only", "a,c"];
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &o, 0);
+    let orgs = by_name(&report(&o));
+    assert_eq!(orgs.keys().collect::<Vec<_>>(), ["a", "c"]);
+    for (name, k) in [("a", 1), ("c", 3)] {
+        assert_eq!(orgs[name]["outcome"], "completed", "{}", orgs[name]);
+        assert_eq!(orgs[name]["applications"].as_u64().unwrap() as usize, truth_ids(&emu, k).len());
+    }
+    // The lake holds a's and c's applications under their names, each once.
+    let c = duckdb::Connection::open_in_memory().unwrap();
+    let root = dir.path().join("lake/applications");
+    let n: Vec<(String, i64, i64)> = {
+        let sql = format!(
+            "SELECT organization, count(*), count(DISTINCT id) FROM read_parquet('{}/**/*.parquet', hive_partitioning = true) GROUP BY 1 ORDER BY 1",
+            root.display()
+        );
+        let mut st = c.prepare(&sql).unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(Result::unwrap).collect()
+    };
+    let want: Vec<(String, i64, i64)> = [("a", 1), ("c", 3)]
+        .iter()
+        .map(|(name, k)| {
+            let t = truth_ids(&emu, *k).len() as i64;
+            ((*name).to_owned(), t, t)
+        })
+        .collect();
+    assert_eq!(n, want);
+}
+
+/// `--shard I/N` over N processes covers the fleet exactly once, for several N; bad selections
+/// exit 2 before anything is sent.
+#[test]
+fn shards_cover_the_fleet_exactly_once_and_bad_selections_exit_2() {
+    let emu = fleet_emulator(0, 0, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<String> = (1..=40).map(|i| format!("org-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let file = fleet_file(dir.path(), &refs, "");
+    let keys: Vec<(String, String)> = (1..=40).map(|k| (format!("KEY_{k}"), format!("key-{k}"))).collect();
+    for n in [1, 2, 3, 5] {
+        let mut seen: Vec<String> = vec![];
+        for i in 0..n {
+            let shard = format!("{i}/{n}");
+            let o = fleet(dir.path(), &emu, &["status", "--config", file.to_str().unwrap(), "--shard", &shard], &keys);
+            assert_exit(&[], &o, 0);
+            seen.extend(by_name(&report(&o)).into_keys());
+        }
+        seen.sort();
+        let mut all = names.clone();
+        all.sort();
+        assert_eq!(seen, all, "{n} shards");
+    }
+    for (args, want) in [
+        (vec!["--shard", "3/3"], "`--shard` `3/3`"),
+        (vec!["--only", "org-1,nobody"], "no organization `nobody`"),
+        (vec!["--max-requests-per-org", "0"], "`--max-requests-per-org` must be at least 1"),
+        (vec!["--max-duration", "soon"], "`--max-duration` `soon`"),
+        (vec!["--lake", "ftp://x"], "`--lake` `ftp://x`"),
+    ] {
+        let mut all = vec!["run", "--config", file.to_str().unwrap()];
+        all.extend(args);
+        let o = fleet(dir.path(), &emu, &all, &keys);
+        assert_exit(&all, &o, 2);
+        assert!(String::from_utf8_lossy(&o.stderr).contains(want), "{}", show(&all, &o));
+    }
+    // A missing key variable is reported before anything is sent.
+    let o = fleet(dir.path(), &emu, &["run", "--config", file.to_str().unwrap()], &keys[..39]);
+    assert_exit(&[], &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("`KEY_40` is not set"));
+    assert!(emu.state.requests().is_empty());
+}
+
+/// Ctrl-C stops every organization, each resumable; the next run completes them all.
+#[test]
+fn ctrl_c_stops_every_organization_resumably() {
+    let emu = fleet_emulator(3, 300, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["x", "y", "z"], "min_interval_ms = 400\n");
+    let keys = key_env(3);
+    let out = dir.path().join("out");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_creator-etl"));
+    cmd.args(["--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "fleet", "run", "--config"])
+        .arg(&file)
+        .env_remove("CREATOR_ETL_LAKE")
+        .env("CREATOR_HOURLY_CAP", "0")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in &keys {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().unwrap();
+    // Wait until every organization has fetched something, then Ctrl-C.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        let keys_seen: BTreeSet<&str> = emu.state.requests().iter().filter_map(|r| r.key).collect();
+        if keys_seen.len() == 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sent = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    let o = child.wait_with_output().unwrap();
+    assert_exit(&[], &o, 130);
+    let orgs = by_name(&report(&o));
+    for name in ["x", "y", "z"] {
+        assert_eq!(orgs[name]["outcome"], "interrupted", "{}", orgs[name]);
+        assert_eq!(orgs[name]["resumable"], true);
+    }
+    let o = fleet(dir.path(), &emu, &["run", "--config", file.to_str().unwrap()], &keys);
+    assert_exit(&[], &o, 0);
+    for (name, k) in [("x", 1), ("y", 2), ("z", 3)] {
+        assert_eq!(warehouse_ids(dir.path(), name), truth_ids(&emu, k));
+    }
+}
