@@ -305,9 +305,10 @@ fn shards_cover_the_fleet_exactly_once_and_bad_selections_exit_2() {
     assert!(emu.state.requests().is_empty());
 }
 
-/// Ctrl-C stops every organization, each resumable; the next run completes them all.
+/// A SIGKILLed fleet, then Ctrl-C: every organization stops resumable, and the next run
+/// completes them all with their exact data.
 #[test]
-fn ctrl_c_stops_every_organization_resumably() {
+fn a_killed_or_interrupted_fleet_resumes_every_organization() {
     let emu = fleet_emulator(3, 300, &[]);
     let dir = tempfile::tempdir().unwrap();
     let file = fleet_file(dir.path(), &["x", "y", "z"], "min_interval_ms = 400\n");
@@ -323,16 +324,27 @@ fn ctrl_c_stops_every_organization_resumably() {
     for (k, v) in &keys {
         cmd.env(k, v);
     }
-    let child = cmd.spawn().unwrap();
-    // Wait until every organization has fetched something, then Ctrl-C.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while std::time::Instant::now() < deadline {
-        let keys_seen: BTreeSet<&str> = emu.state.requests().iter().filter_map(|r| r.key).collect();
-        if keys_seen.len() == 3 {
-            break;
+    // Wait until every organization has fetched something since `from`.
+    let all_started = |from: usize| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            let seen: BTreeSet<&str> = emu.state.requests()[from..].iter().filter_map(|r| r.key).collect();
+            if seen.len() == 3 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        panic!("the fleet did not start");
+    };
+    // First a SIGKILL: the locks go with the process, and the raw landings stay.
+    let mut child = cmd.spawn().unwrap();
+    all_started(0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Then Ctrl-C.
+    let before = emu.state.requests().len();
+    let child = cmd.spawn().unwrap();
+    all_started(before);
     let sent = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(sent.success());
     let o = child.wait_with_output().unwrap();

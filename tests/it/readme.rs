@@ -55,20 +55,79 @@ fn the_readme_names_every_command_and_flag() {
             }
         }
     }
+    // Commands and their subcommands (`actions apply`, `fleet run`), each with its flags.
+    let mut commands: Vec<(String, &clap::Command)> = vec![];
     for sub in cmd.get_subcommands() {
-        if !README.contains(&format!("creator-etl {}", sub.get_name())) {
-            missing.push(format!("command `{}`", sub.get_name()));
+        commands.push((sub.get_name().to_owned(), sub));
+        for nested in sub.get_subcommands().filter(|n| n.get_name() != "help") {
+            commands.push((format!("{} {}", sub.get_name(), nested.get_name()), nested));
+        }
+    }
+    for (name, sub) in commands {
+        if !README.contains(&format!("creator-etl {name}")) {
+            missing.push(format!("command `{name}`"));
         }
         for arg in sub.get_arguments() {
             if let Some(long) = arg.get_long() {
                 if !README.contains(&format!("--{long}")) && long != "help" {
-                    missing.push(format!("{} --{long}", sub.get_name()));
+                    missing.push(format!("{name} --{long}"));
                 }
             }
         }
     }
     assert!(missing.is_empty(), "not in the README: {missing:?}");
-    for code in 0..=5 {
+    for code in 0..=6 {
         assert!(README.contains(&format!("| {code} |")), "exit code {code} is documented");
+    }
+}
+
+/// The README's fenced block of `lang` in the section titled `heading`.
+fn block(heading: &str, lang: &str) -> String {
+    let section = README.split(&format!("\n{heading}\n")).nth(1).unwrap_or_else(|| panic!("no {heading}"));
+    let start = section.find(&format!("```{lang}\n")).unwrap_or_else(|| panic!("no {lang} block")) + lang.len() + 4;
+    section[start..].split("\n```").next().unwrap().to_owned()
+}
+
+/// The Kubernetes CronJob is valid YAML of an indexed Job whose shard comes from the completion
+/// index, and the Airflow DAG is valid Python that maps one task per shard.
+#[test]
+fn the_fleet_scheduling_snippets_parse() {
+    let heading = "### Across machines: `--shard I/N`";
+    let yaml = block(heading, "yaml");
+    let python = block(heading, "python");
+    let check = r#"
+import ast, sys, yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+assert doc["kind"] == "CronJob", doc["kind"]
+job = doc["spec"]["jobTemplate"]["spec"]
+assert job["completionMode"] == "Indexed"
+n = job["completions"]
+args = job["template"]["spec"]["containers"][0]["args"]
+assert f"--shard=$(JOB_COMPLETION_INDEX)/{n}" in args, args
+assert args[args.index("fleet") + 1] == "run"
+tree = ast.parse(open(sys.argv[2]).read())
+src = open(sys.argv[2]).read()
+assert any(isinstance(n, ast.Attribute) and n.attr == "expand" for n in ast.walk(tree))
+assert "--shard {i}/{SHARDS}" in src
+print("ok")
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let (y, p) = (dir.path().join("cronjob.yaml"), dir.path().join("dag.py"));
+    std::fs::write(&y, yaml).unwrap();
+    std::fs::write(&p, python).unwrap();
+    let o = std::process::Command::new(crate::demo::notebook_python())
+        .args(["-c", check])
+        .arg(&y)
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The command line inside them parses.
+    for line in [
+        "creator-etl --out=/data fleet run --config=/etc/creator-etl/fleet.toml --lake=s3://a/b --shard=3/4 --max-duration=50m --metrics-file=/data/fleet.prom",
+        "creator-etl --out /data/shard-0 fleet run --config /etc/creator-etl/fleet.toml --shard 0/4 --max-duration 50m",
+    ] {
+        let args: Vec<&str> = line.split_whitespace().collect();
+        Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{line}: {e}"));
     }
 }
