@@ -99,6 +99,17 @@ fn main() {
             emu.state.violations().len() - before,
             report["outcomes"]
         );
+        let violations = emu.state.violations();
+        let mut gaps: Vec<f64> = violations[before..].iter().filter_map(|v| v.gap_ms).collect();
+        if !gaps.is_empty() {
+            gaps.sort_by(f64::total_cmp);
+            println!(
+                "    429s: gaps at the emulator min {:.0} ms, median {:.0} ms, max {:.0} ms",
+                gaps[0],
+                gaps[gaps.len() / 2],
+                gaps[gaps.len() - 1]
+            );
+        }
         walls.push(wall);
         ratios.push(wall / limit.max(1e-9));
         rss.push(peak);

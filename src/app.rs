@@ -141,6 +141,7 @@ pub async fn pipeline(
     // file must pass its guards.
     let writable = load_config.out.clone();
     let checked_actions = actions.clone();
+    let held = permit().await;
     blocking("preflight", move || -> Result<(), Error> {
         match &checked_actions {
             // The journal lives in the writer's warehouse: opening it checks both.
@@ -150,6 +151,7 @@ pub async fn pipeline(
         Ok(())
     })
     .await?;
+    drop(held);
     let extracted = crate::extract::run(config, client, stop.clone()).await?;
     let lake = load_config.lake.clone();
     let out = load_config.out.clone();

@@ -189,6 +189,11 @@ pub fn open_writer(out: &OutDir) -> Result<Connection, LoadError> {
 /// Checks that the writer's warehouse can be opened for writing, and migrates it: what a run
 /// does before it spends any request.
 pub fn check_writable(out: &OutDir) -> Result<(), LoadError> {
+    if !writer_path(out).exists() && !published_path(out).exists() {
+        // A first load: no file that anyone could hold, and no DuckDB to start for it.
+        std::fs::create_dir_all(out.state_dir()).map_err(crate::out::io_err("create", &out.state_dir()))?;
+        return Ok(());
+    }
     open_writer(out).map(drop)
 }
 
