@@ -730,7 +730,8 @@ pub struct EmulatorArgs {
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub org_applications: usize,
     /// A numbered organization's own policy, `K:SETTING,...` (repeatable), with settings
-    /// `min_interval_ms=MS`, `hourly_cap=N`, `cap_window_s=S`, `fault_rate=P` and `revoked`;
+    /// `min_interval_ms=MS`, `hourly_cap=N`, `cap_window_s=S`, `fault_rate=P`, `revoked` and
+    /// `skewed_totals` (content totals off by one: a data-quality finding);
     /// e.g. `--org-policy 3:hourly_cap=5,fault_rate=0.5`
     #[arg(long = "org-policy", value_name = "K:SETTINGS")]
     pub org_policies: Vec<String>,
@@ -751,11 +752,12 @@ fn org_policy(spec: &str, base: &RatePolicy, organizations: u32) -> Result<(u32,
         let number = || value.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
         match (name, number()) {
             ("revoked", _) if value.is_empty() => policy.revoked = true,
+            ("skewed_totals", _) if value.is_empty() => policy.skewed_totals = true,
             ("min_interval_ms", Some(v)) => rate.min_interval = Duration::from_millis(v as u64),
             ("hourly_cap", Some(v)) => rate.hourly_cap = (v >= 1.0).then_some(v as u32),
             ("cap_window_s", Some(v)) if v >= 1.0 => rate.cap_window = Duration::from_secs(v as u64),
             ("fault_rate", Some(v)) if v <= 1.0 => policy.fault_rate = Some(v),
-            _ => return Err(bad(format!("`{setting}` is not one of min_interval_ms=MS, hourly_cap=N, cap_window_s=S, fault_rate=P (0 to 1), revoked"))),
+            _ => return Err(bad(format!("`{setting}` is not one of min_interval_ms=MS, hourly_cap=N, cap_window_s=S, fault_rate=P (0 to 1), revoked, skewed_totals"))),
         }
     }
     policy.rate = Some(rate);
@@ -932,5 +934,44 @@ impl EmulatorArgs {
             org_policies,
         };
         Ok((config, SocketAddr::new(self.host, self.port)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn org_policies_and_durations_parse() {
+        let base = RatePolicy {
+            min_interval: Duration::from_millis(2000),
+            hourly_cap: Some(40),
+            cap_window: Duration::from_secs(3600),
+        };
+        let (k, p) = org_policy("3:hourly_cap=5,fault_rate=0.5,skewed_totals", &base, 4).unwrap();
+        assert_eq!(k, 3);
+        let rate = p.rate.unwrap();
+        assert_eq!((rate.hourly_cap, rate.min_interval), (Some(5), Duration::from_millis(2000)));
+        assert_eq!(p.fault_rate, Some(0.5));
+        assert!(p.skewed_totals && !p.revoked);
+        let (_, p) = org_policy("1:revoked,min_interval_ms=100,hourly_cap=0", &base, 1).unwrap();
+        assert!(p.revoked);
+        assert_eq!(p.rate.unwrap().hourly_cap, None);
+        for (bad, why) in [
+            ("5:revoked", "organization 5 is not served"),
+            ("x:revoked", "not an organization number"),
+            ("1:fault_rate=2", "`fault_rate=2` is not one of"),
+            ("1:colour=red", "`colour=red` is not one of"),
+            ("revoked", "expected `K:SETTING,...`"),
+        ] {
+            let e = org_policy(bad, &base, 4).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        assert_eq!(parse_duration("90"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("15m"), Some(Duration::from_secs(900)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+        for bad in ["0s", "soon", "1d", "-5m", ""] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
     }
 }

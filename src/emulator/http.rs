@@ -295,6 +295,7 @@ async fn content_24h(
         _ => return error(StatusCode::BAD_REQUEST, "limit must be a positive integer"),
     };
     let model = st.store().content.clone();
+    let skew = i64::from(st.skewed_totals(caller.org));
     let last_day = end.min(model.today);
     // `limit` keeps the most recent days; only those are walked, however long the range.
     let first_day = last_day.checked_sub_days(chrono::Days::new(limit as u64 - 1)).map_or(start, |d| d.max(start));
@@ -322,7 +323,7 @@ async fn content_24h(
         let total: i64 = points.iter().map(|p| p.current).sum();
         let last_total: i64 = points.iter().map(|p| p.last).sum();
         for p in &mut points {
-            p.total = total;
+            p.total = total + skew;
             p.last_total = last_total;
         }
         points

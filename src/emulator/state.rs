@@ -60,6 +60,9 @@ pub struct OrgPolicy {
     pub fault_rate: Option<f64>,
     /// The key was revoked: 401, as for an unknown key.
     pub revoked: bool,
+    /// Content windows report a `total` one more than the sum of their days: a data-quality
+    /// finding for the load (fatal under `--strict`).
+    pub skewed_totals: bool,
 }
 
 /// Injected failures.
@@ -402,6 +405,11 @@ impl EmulatorState {
         } else {
             self.numbered.get(key).copied().filter(|c| !self.policies.get(&c.org).is_some_and(|p| p.revoked))
         }
+    }
+
+    /// Whether the organization's content totals are skewed ([`OrgPolicy::skewed_totals`]).
+    pub(crate) fn skewed_totals(&self, org: u32) -> bool {
+        self.policies.get(&org).is_some_and(|p| p.skewed_totals)
     }
 
     /// Applies the rate policy to a request arriving now; an accepted request counts.

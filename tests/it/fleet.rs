@@ -65,23 +65,24 @@ fn truth_ids(emu: &TestEmu, k: u32) -> BTreeSet<i64> {
 }
 
 /// The mixed fleet: a revoked key, an organization under 503s, one at its hourly cap,
-/// and two healthy ones, which complete with exactly their own data. Then `fleet status`, the
+/// one whose data fails a quality check under `--strict`, and two healthy ones, which complete with exactly their own data. Then `fleet status`, the
 /// Prometheus textfile and the OpenLineage events.
 #[test]
 fn a_mixed_fleet_isolates_every_fault() {
     let capped =
         RatePolicy { min_interval: Duration::ZERO, hourly_cap: Some(3), cap_window: Duration::from_secs(3600) };
     let emu = fleet_emulator(
-        5,
+        6,
         150,
         &[
             (2, OrgPolicy { revoked: true, ..OrgPolicy::default() }),
             (3, OrgPolicy { fault_rate: Some(1.0), ..OrgPolicy::default() }),
             (4, OrgPolicy { rate: Some(capped), ..OrgPolicy::default() }),
+            (6, OrgPolicy { skewed_totals: true, ..OrgPolicy::default() }),
         ],
     );
     let dir = tempfile::tempdir().unwrap();
-    let names = ["alpha", "revoked", "storm", "capped", "omega"];
+    let names = ["alpha", "revoked", "storm", "capped", "omega", "skewed"];
     let file = fleet_file(dir.path(), &names, "");
     // The capped organization's own setting tells its client the cap too.
     let text = std::fs::read_to_string(&file).unwrap().replace(
@@ -97,12 +98,13 @@ fn a_mixed_fleet_isolates_every_fault() {
         file.to_str().unwrap(),
         "--max-duration",
         "15s",
+        "--strict",
         "--metrics-file",
         metrics.to_str().unwrap(),
         "--openlineage-file",
         lineage.to_str().unwrap(),
     ];
-    let keys = key_env(5);
+    let keys = key_env(6);
     let o = fleet(dir.path(), &emu, &[&args[..], &["--max-loads", "1", "--max-attempts", "2"]].concat(), &keys);
     assert_exit(&args, &o, 6);
     let rep = report(&o);
@@ -117,6 +119,8 @@ fn a_mixed_fleet_isolates_every_fault() {
     assert_eq!(outcome("capped"), "incomplete");
     assert!(orgs["capped"]["error"].as_str().unwrap().contains("--max-duration"), "{}", orgs["capped"]);
     assert_eq!(orgs["capped"]["resumable"], true);
+    assert_eq!(outcome("skewed"), "failed");
+    assert!(orgs["skewed"]["error"].as_str().unwrap().contains("--strict"), "{}", orgs["skewed"]);
     for (name, k) in [("alpha", 1), ("omega", 5)] {
         assert_eq!(warehouse_ids(dir.path(), name), truth_ids(&emu, k), "{name} has exactly its own data");
         assert_eq!(orgs[name]["applications"].as_u64().unwrap() as usize, truth_ids(&emu, k).len());
@@ -129,7 +133,7 @@ fn a_mixed_fleet_isolates_every_fault() {
     assert!(emu.state.violations().iter().all(|v| v.key == "org-4"), "{:?}", emu.state.violations());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("organization") && stderr.contains("capped") && stderr.contains("incomplete"), "{stderr}");
-    for k in 1..=5 {
+    for k in 1..=6 {
         assert!(!String::from_utf8_lossy(&o.stdout).contains(&org_key(k)), "no key in the report");
     }
 
@@ -166,7 +170,7 @@ fn a_mixed_fleet_isolates_every_fault() {
     // OpenLineage: a START and a COMPLETE or FAIL per organization, with the spec's required fields.
     let events: Vec<Value> =
         std::fs::read_to_string(&lineage).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(events.len(), 10);
+    assert_eq!(events.len(), 12);
     for e in &events {
         check_run_event(e);
     }
@@ -360,3 +364,68 @@ fn a_killed_or_interrupted_fleet_resumes_every_organization() {
         assert_eq!(warehouse_ids(dir.path(), name), truth_ids(&emu, k));
     }
 }
+
+/// `--openlineage-url`: each organization's START and COMPLETE or FAIL reach an HTTP endpoint
+/// as JSON POSTs.
+#[test]
+fn openlineage_events_reach_an_http_endpoint() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let emu = fleet_emulator(2, 50, &[(2, OrgPolicy { revoked: true, ..OrgPolicy::default() })]);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/api/v1/lineage", listener.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel::<(String, Value)>();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                loop {
+                    let mut request_line = String::new();
+                    if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut length = 0;
+                    loop {
+                        let mut line = String::new();
+                        reader.read_line(&mut line).unwrap();
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body).unwrap();
+                    let _ = tx.send((request_line.trim().to_owned(), serde_json::from_slice(&body).unwrap()));
+                    writer.write_all(b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n").unwrap();
+                }
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["good", "gone"], "");
+    let args = ["run", "--config", file.to_str().unwrap(), "--openlineage-url", &url];
+    let o = fleet(dir.path(), &emu, &args, &key_env(2));
+    assert_exit(&args, &o, SOME_FAILED);
+    let events: Vec<(String, Value)> = rx.try_iter().collect();
+    assert_eq!(events.len(), 4, "{events:?}");
+    for (line, e) in &events {
+        assert_eq!(line, "POST /api/v1/lineage HTTP/1.1");
+        check_run_event(e);
+    }
+    let kinds: BTreeSet<(String, String)> = events
+        .iter()
+        .map(|(_, e)| (e["job"]["name"].as_str().unwrap().to_owned(), e["eventType"].as_str().unwrap().to_owned()))
+        .collect();
+    let want: BTreeSet<(String, String)> =
+        [("fleet.good", "START"), ("fleet.good", "COMPLETE"), ("fleet.gone", "START"), ("fleet.gone", "FAIL")]
+            .iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect();
+    assert_eq!(kinds, want);
+}
+
+const SOME_FAILED: i32 = creator_etl::fleet::run::SOME_FAILED as i32;
