@@ -206,7 +206,11 @@ impl Pacer {
         static REGISTRY: OnceLock<Mutex<HashMap<String, Weak<Pacer>>>> = OnceLock::new();
         let registry = REGISTRY.get_or_init(Default::default);
         let mut map = registry.lock().unwrap_or_else(|e| e.into_inner());
-        map.retain(|_, w| w.strong_count() > 0);
+        // Dropped pacers are swept when the map doubles, not on every call: a fleet builds
+        // thousands of clients, and a sweep per client would cost the square of their number.
+        if map.len() >= 64 && map.len().is_power_of_two() {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
         let id = format!("{base_url}|{key_fingerprint}");
         if let Some(existing) = map.get(&id).and_then(Weak::upgrade) {
             if existing.config == config {
