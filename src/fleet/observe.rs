@@ -164,20 +164,23 @@ impl LineageEvent {
         self.event("START", at, json!({}))
     }
 
-    /// COMPLETE for a completed sync, FAIL otherwise (with the error as an `errorMessage` facet).
+    /// COMPLETE for a completed sync; ABORT for one stopped by its budget or Ctrl-C (it resumes);
+    /// FAIL for a failed one. Both with the reason as an `errorMessage` facet.
     pub fn end(&self, report: &OrgReport) -> Value {
-        match report.outcome {
-            Outcome::Completed => self.event("COMPLETE", report.finished_at, json!({})),
-            _ => {
-                let message = format!("{}: {}", report.outcome.as_str(), report.error.as_deref().unwrap_or(""));
-                let facet = json!({"errorMessage": {
-                    "_producer": PRODUCER,
-                    "_schemaURL": "https://openlineage.io/spec/facets/1-0-1/ErrorMessageRunFacet.json#/$defs/ErrorMessageRunFacet",
-                    "message": message,
-                    "programmingLanguage": "Rust",
-                }});
-                self.event("FAIL", report.finished_at, facet)
-            }
+        let kind = match report.outcome {
+            Outcome::Completed => return self.event("COMPLETE", report.finished_at, json!({})),
+            Outcome::Incomplete | Outcome::Interrupted => "ABORT",
+            Outcome::Failed => "FAIL",
+        };
+        {
+            let message = format!("{}: {}", report.outcome.as_str(), report.error.as_deref().unwrap_or(""));
+            let facet = json!({"errorMessage": {
+                "_producer": PRODUCER,
+                "_schemaURL": "https://openlineage.io/spec/facets/1-0-1/ErrorMessageRunFacet.json#/$defs/ErrorMessageRunFacet",
+                "message": message,
+                "programmingLanguage": "Rust",
+            }});
+            self.event(kind, report.finished_at, facet)
         }
     }
 }

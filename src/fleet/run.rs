@@ -344,44 +344,43 @@ async fn run_org(
         report.retries = m.retries;
         report.wait_ms = m.pacing_wait_ms + m.backoff_wait_ms;
     }
-    match outcome {
+    // The exit code and message of what failed or stopped, if anything did.
+    let stopped = match outcome {
         Ok(run) => {
             report.run_id = Some(run.extract.run_id.clone());
             report.applications = run.extract.applications_total;
             report.rows = run.load.rows.clone();
-            if let Some(actions) = &run.actions {
-                let code = crate::app::actions_code(actions);
-                if code != exit::OK {
-                    report.exit_code = code;
-                    report.outcome = if code == exit::INTERRUPTED { Outcome::Interrupted } else { Outcome::Failed };
-                    report.error = Some(crate::action::summary(actions));
-                }
-            }
+            // The data is loaded; a stop or a failure can only have come in the actions.
+            run.actions
+                .as_ref()
+                .map(|a| (crate::app::actions_code(a), crate::action::summary(a)))
+                .filter(|(code, _)| *code != exit::OK)
         }
-        Err(e) => {
-            report.exit_code = e.exit_code();
-            report.error = Some(e.report());
-            report.outcome = Outcome::Failed;
-            if e.exit_code() == exit::INTERRUPTED {
-                let budget = client.as_ref().is_some_and(Client::budget_spent);
-                match (stop_cause, budget) {
-                    (Some(StopCause::Signal), _) => report.outcome = Outcome::Interrupted,
-                    (_, true) => {
-                        report.outcome = Outcome::Incomplete;
-                        report.error = Some(format!(
-                            "request budget of {} spent (`--max-requests-per-org`); the next run resumes",
-                            options.max_requests.unwrap_or_default()
-                        ));
-                    }
-                    (Some(StopCause::Deadline), _) => {
-                        report.outcome = Outcome::Incomplete;
-                        report.error = Some(format!(
-                            "time budget of {} s spent (`--max-duration`); the next run resumes",
-                            options.max_duration.unwrap_or_default().as_secs_f64()
-                        ));
-                    }
-                    (None, false) => {}
+        Err(e) => Some((e.exit_code(), e.report())),
+    };
+    if let Some((code, message)) = stopped {
+        report.exit_code = code;
+        report.error = Some(message);
+        report.outcome = Outcome::Failed;
+        if code == exit::INTERRUPTED {
+            let budget = client.as_ref().is_some_and(Client::budget_spent);
+            match (stop_cause, budget) {
+                (Some(StopCause::Signal), _) => report.outcome = Outcome::Interrupted,
+                (_, true) => {
+                    report.outcome = Outcome::Incomplete;
+                    report.error = Some(format!(
+                        "request budget of {} spent (`--max-requests-per-org`); the next run resumes",
+                        options.max_requests.unwrap_or_default()
+                    ));
                 }
+                (Some(StopCause::Deadline), _) => {
+                    report.outcome = Outcome::Incomplete;
+                    report.error = Some(format!(
+                        "time budget of {} s spent (`--max-duration`); the next run resumes",
+                        options.max_duration.unwrap_or_default().as_secs_f64()
+                    ));
+                }
+                (None, false) => {}
             }
         }
     }

@@ -179,6 +179,7 @@ fn a_mixed_fleet_isolates_every_fault() {
     };
     assert_eq!(kinds("fleet.alpha"), ["START", "COMPLETE"]);
     assert_eq!(kinds("fleet.storm"), ["START", "FAIL"]);
+    assert_eq!(kinds("fleet.capped"), ["START", "ABORT"], "stopped by its budget: it resumes");
     let fail = events.iter().find(|e| e["job"]["name"] == "fleet.revoked" && e["eventType"] == "FAIL").unwrap();
     assert!(fail["run"]["facets"]["errorMessage"]["message"].as_str().unwrap().contains("401"));
     let start = events.iter().find(|e| e["job"]["name"] == "fleet.alpha").unwrap();
