@@ -296,7 +296,9 @@ impl FleetRunArgs {
         let at = format!("organization `{}`", org.name);
         let s = &org.settings;
         let out = OutDir::new(crate::fleet::run::org_dir(&global.out, &org.name));
-        let mut pacing = global.pacing();
+        // Thousands of organizations make this machine late: space from answers (see
+        // `PacingConfig::wait_for_answers`), so lateness never costs a 429.
+        let mut pacing = PacingConfig { wait_for_answers: true, ..global.pacing() };
         if let Some(ms) = s.min_interval_ms {
             pacing.min_interval = Duration::from_millis(ms);
         }
@@ -770,6 +772,7 @@ impl GlobalArgs {
             min_interval: Duration::from_millis(self.min_interval_ms),
             hourly_cap: (self.hourly_cap > 0).then_some(self.hourly_cap),
             cap_window: Duration::from_secs(self.cap_window_s),
+            wait_for_answers: false,
         }
     }
 

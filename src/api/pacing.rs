@@ -23,6 +23,8 @@
 //!   the latest request answers, or when it fails without an answer, the next one keeps all of
 //!   it: it costs nothing while answers come back within
 //!   the interval;
+//! - with [`PacingConfig::wait_for_answers`] (fleets), no estimate at all: the next request goes
+//!   the interval after the latest one's answer, which the service sent after admitting it;
 //! - a 429 that slips through anyway is honoured by the retry layer, which blocks the pacer for
 //!   as long as the server asks, and, when it was for spacing, widens the margin
 //!   ([`Pacer::widen_margin`]).
@@ -54,6 +56,11 @@ pub struct PacingConfig {
     pub hourly_cap: Option<u32>,
     /// Length of the cap's window (an hour on the real service).
     pub cap_window: Duration,
+    /// Space each request from the previous one's *answer* instead of estimating when it
+    /// arrived: the service admitted it before answering, so no lateness anywhere can make two
+    /// requests arrive closer than the interval. It costs one round trip per request while the
+    /// spacing binds. Fleets use it: thousands of organizations on one machine make it late.
+    pub wait_for_answers: bool,
 }
 
 impl Default for PacingConfig {
@@ -62,6 +69,7 @@ impl Default for PacingConfig {
             min_interval: DEFAULT_MIN_INTERVAL,
             hourly_cap: Some(DEFAULT_HOURLY_CAP),
             cap_window: DEFAULT_CAP_WINDOW,
+            wait_for_answers: false,
         }
     }
 }
@@ -69,7 +77,12 @@ impl Default for PacingConfig {
 impl PacingConfig {
     /// No client-side limits at all (tests and benchmarks against an unlimited emulator).
     pub fn unlimited() -> Self {
-        PacingConfig { min_interval: Duration::ZERO, hourly_cap: None, cap_window: DEFAULT_CAP_WINDOW }
+        PacingConfig {
+            min_interval: Duration::ZERO,
+            hourly_cap: None,
+            cap_window: DEFAULT_CAP_WINDOW,
+            wait_for_answers: false,
+        }
     }
 }
 
@@ -192,6 +205,11 @@ const MAX_WIDENINGS: u32 = 4;
 fn max_extra(interval: Duration) -> Duration {
     (interval / 5).max(interval.min(LATENESS))
 }
+
+/// With [`PacingConfig::wait_for_answers`], the longest the next request waits for the latest
+/// one's answer beyond the interval: an answer that never comes (its task was dropped) does not
+/// hold the key for longer.
+const ANSWER_WAIT: Duration = Duration::from_secs(15);
 
 /// Lateness a short interval absorbs in full (see [`max_extra`]).
 const LATENESS: Duration = Duration::from_millis(250);
@@ -351,7 +369,11 @@ impl Pacer {
     fn earliest_after_dispatch(&self, st: &State, class: RequestClass) -> Option<Instant> {
         let cfg = &self.config;
         let general = st.last_dispatch.filter(|_| !cfg.min_interval.is_zero()).map(|d| {
-            let extra = if st.pending { max_extra(cfg.min_interval) } else { st.extra };
+            let extra = match (st.pending, cfg.wait_for_answers) {
+                (true, true) => ANSWER_WAIT,
+                (true, false) => max_extra(cfg.min_interval),
+                (false, _) => st.extra,
+            };
             d + cfg.min_interval + spacing_margin(cfg.min_interval, st.widened).max(extra)
         });
         let mark = st
@@ -387,7 +409,7 @@ impl Pacer {
         let excess = floor.map_or(rtt, |f| rtt.saturating_sub(f / 2));
         st.rtt_floor.entry(endpoint).and_modify(|f| *f = (*f).min(rtt)).or_insert(rtt);
         if st.last_dispatch == Some(dispatch.at) {
-            st.extra = excess.min(max_extra(self.config.min_interval));
+            st.extra = if self.config.wait_for_answers { rtt } else { excess.min(max_extra(self.config.min_interval)) };
             st.pending = false;
             drop(st);
             self.answers.notify_waiters();
@@ -400,7 +422,12 @@ impl Pacer {
         let mut st = self.lock();
         Self::mark_seen_by(&mut st, dispatch, Instant::now());
         if st.last_dispatch == Some(dispatch.at) {
-            st.extra = max_extra(self.config.min_interval);
+            st.extra = if self.config.wait_for_answers {
+                // It arrived, if at all, before now.
+                Instant::now().saturating_duration_since(dispatch.at)
+            } else {
+                max_extra(self.config.min_interval)
+            };
             st.pending = false;
         }
     }
@@ -504,7 +531,35 @@ mod tests {
             min_interval: Duration::from_millis(ms),
             hourly_cap: cap,
             cap_window: Duration::from_millis(window_ms),
+            wait_for_answers: false,
         }
+    }
+
+    /// A fleet's pacing: the next request waits for the latest one's answer, then the whole
+    /// interval after it, however slow the answer; a failed request counts from its failure.
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_answers_spaces_from_each_answer() {
+        let p = Arc::new(Pacer::new(PacingConfig { wait_for_answers: true, ..cfg(100, None, 1000) }));
+        let first = p.acquire(RequestClass::General).await;
+        let next = tokio::spawn({
+            let p = p.clone();
+            async move { p.acquire(RequestClass::General).await }
+        });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(!next.is_finished(), "no answer yet: the next request waits");
+        p.answered(&first, "list", Duration::from_millis(700));
+        let second = next.await.unwrap();
+        let gap = second.at - first.at;
+        assert!(gap >= Duration::from_millis(800) && gap < Duration::from_millis(810), "{gap:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        p.unanswered(&second);
+        let third = p.acquire(RequestClass::General).await;
+        let gap = third.at - second.at;
+        assert!(gap >= Duration::from_millis(150) && gap < Duration::from_millis(160), "{gap:?}");
+        // An answer that never comes holds the key for at most ANSWER_WAIT beyond the interval.
+        let t = Instant::now();
+        let fourth = p.acquire(RequestClass::General).await;
+        assert!(fourth.at - t <= Duration::from_millis(100) + ANSWER_WAIT + Duration::from_millis(10));
     }
 
     #[tokio::test(start_paused = true)]

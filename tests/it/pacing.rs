@@ -13,6 +13,7 @@ fn policy(ms: u64, cap: Option<u32>, window_ms: u64) -> PacingConfig {
         min_interval: Duration::from_millis(ms),
         hourly_cap: cap,
         cap_window: Duration::from_millis(window_ms),
+        wait_for_answers: false,
     }
 }
 
