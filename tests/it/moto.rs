@@ -4,23 +4,34 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-/// `moto_server` with a bucket, and the standard AWS variables that point at it. Killed on drop.
+/// What `moto_server -p 0` runs, but serving one request at a time. moto checks a conditional
+/// write (`If-None-Match: *`, which Delta uses to claim a log version) and then stores it, so on
+/// its threaded server two concurrent claims of one version could both succeed and one commit
+/// vanish, which S3 itself never allows (a flaky lost organization in the lake tests). One
+/// request at a time makes the check atomic, as on S3.
+const SERVE: &str = r#"
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+run_simple("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app), threaded=False, request_handler=MotoRequestHandler)
+"#;
+
+/// A local S3 server (moto) with a bucket, and the standard AWS variables that point at it.
+/// Killed on drop.
 pub struct Moto {
     child: Child,
     pub envs: Vec<(String, String)>,
 }
 
 impl Moto {
-    /// Starts the `moto_server` of the virtualenv whose `python` is given, and makes `bucket`.
+    /// Starts moto with the virtualenv whose `python` is given, and makes `bucket`.
     pub fn start(python: &Path, bucket: &str) -> Moto {
         use std::io::{BufRead, BufReader};
-        let server = python.with_file_name("moto_server");
-        let mut child = Command::new(&server)
-            .args(["-p", "0"])
+        let mut child = Command::new(python)
+            .args(["-c", SERVE])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", server.display()));
+            .unwrap_or_else(|e| panic!("start moto with {}: {e}", python.display()));
         // Its log goes to stderr, one line per request: read the address, then keep draining.
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
