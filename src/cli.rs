@@ -314,14 +314,13 @@ impl FleetRunArgs {
             .map(|c| c.pacing_memory_in(&out.state_dir()));
         let actions = s.actions.as_ref().and_then(|file| match crate::action::read(file) {
             Ok(reviewed) => {
-                let service = Url::parse(base_url).map_or_else(|_| base_url.to_owned(), |u| u.to_string());
                 let config = ActionConfig {
                     out: out.clone(),
                     file: file.clone(),
                     max_rows: None,
                     only: None,
                     retry_failed: false,
-                    scope: Scope::new(&service, Some(org.key.fingerprint())),
+                    scope: Scope::new(base_url, Some(org.key.fingerprint())),
                 };
                 Some((config, reviewed))
             }
@@ -464,7 +463,6 @@ impl ActionGuards {
         let reviewed = crate::action::read(file)?;
         // The journal's scope: the service and the key's fingerprint. Without a key (a plan), the
         // scope is the service alone; `apply` reports the missing key itself.
-        let service = Url::parse(&global.base_url).map_or_else(|_| global.base_url.clone(), |u| u.to_string());
         let key = ApiKey::resolve(global.api_key_file.as_deref(), std::env::var(API_KEY_ENV).ok().as_deref()).ok();
         let config = ActionConfig {
             out: OutDir::new(&global.out),
@@ -472,7 +470,7 @@ impl ActionGuards {
             max_rows: self.max_rows,
             only: self.only,
             retry_failed: self.retry_failed,
-            scope: Scope::new(&service, key.map(|k| k.fingerprint())),
+            scope: Scope::new(&global.base_url, key.map(|k| k.fingerprint())),
         };
         Ok((config, reviewed))
     }

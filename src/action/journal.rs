@@ -39,8 +39,11 @@ pub struct Scope {
 }
 
 impl Scope {
+    /// The scope of `base_url` (normalized as a URL when it is one, so that spellings of one
+    /// service match) and a key's fingerprint.
     pub fn new(base_url: &str, key_fingerprint: Option<String>) -> Self {
-        Scope { service: base_url.trim_end_matches('/').to_owned(), key: key_fingerprint }
+        let service = reqwest::Url::parse(base_url).map_or_else(|_| base_url.to_owned(), |u| u.to_string());
+        Scope { service: service.trim_end_matches('/').to_owned(), key: key_fingerprint }
     }
 }
 
