@@ -91,7 +91,7 @@ async fn load(args: &LoadArgs, global: &GlobalArgs) -> Result<u8, Error> {
 
 /// Commits the organization's rows of every table to the lake ([`crate::load::lake`]): staged by
 /// DuckDB on a blocking thread, committed by delta-rs here.
-pub(crate) async fn push_to_lake(
+async fn push_to_lake(
     out: &crate::out::OutDir,
     lake: &crate::load::lake::LakeConfig,
 ) -> Result<crate::load::lake::LakeReport, Error> {

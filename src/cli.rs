@@ -279,15 +279,8 @@ impl FleetRunArgs {
         if !problems.is_empty() {
             return Err(Error::Config(problems));
         }
-        let options = RunOptions {
-            max_loads: self.max_loads,
-            max_requests: self.max_requests_per_org,
-            max_duration,
-            connect_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(global.timeout_s.max(1)),
-            metrics_file: self.metrics_file.clone(),
-            lineage,
-        };
+        let options =
+            RunOptions { max_loads: self.max_loads, max_duration, metrics_file: self.metrics_file.clone(), lineage };
         Ok((jobs, options))
     }
 
@@ -311,7 +304,7 @@ impl FleetRunArgs {
             .client_config_for(&format!("{at}: base URL"), base_url, Ok(org.key.clone()), pacing)
             .map_err(|p| problems.extend(p))
             .ok()
-            .map(|c| c.pacing_memory_in(&out.state_dir()));
+            .map(|c| ClientConfig { max_requests: self.max_requests_per_org, ..c.pacing_memory_in(&out.state_dir()) });
         let actions = s.actions.as_ref().and_then(|file| match crate::action::read(file) {
             Ok(reviewed) => {
                 let config = ActionConfig {

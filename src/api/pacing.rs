@@ -18,11 +18,11 @@
 //! - the previous request's own delay: a request can only have arrived before its answer began,
 //!   so when an answer comes back slower than half the fastest one seen for that endpoint (the
 //!   way back; for an endpoint's first answer, of any endpoint; the very first answer counts
-//!   whole), the next request waits that excess instead of the margin, up to 1/5 of the interval (for short
-//!   intervals up to the interval, at most 250 ms: `max_extra`) ([`Pacer::answered`]). Until
-//!   the latest request answers, or when it fails without an answer, the next one keeps all of
-//!   it: it costs nothing while answers come back within
-//!   the interval;
+//!   whole), the next request waits that excess instead of the margin, up to 1/5 of the
+//!   interval, and for short intervals up to the interval, at most 250 ms (`max_extra`,
+//!   [`Pacer::answered`]). Until the latest request answers, or when it fails without an
+//!   answer, the next one keeps all of it: it costs nothing while answers come back within the
+//!   interval;
 //! - with [`PacingConfig::wait_for_answers`] (fleets), no estimate at all: the next request goes
 //!   the interval after the latest one's answer, which the service sent after admitting it;
 //! - a 429 that slips through anyway is honoured by the retry layer, which blocks the pacer for

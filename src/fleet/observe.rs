@@ -122,7 +122,7 @@ pub struct LineageEvent {
 }
 
 impl LineageEvent {
-    pub fn new(_sink: &Lineage, job: &Job) -> Self {
+    pub fn new(job: &Job) -> Self {
         let mut bytes = [0u8; 16];
         bytes.iter_mut().for_each(|b| *b = fastrand::u8(..));
         let run_id = uuid::Builder::from_random_bytes(bytes).into_uuid().to_string();

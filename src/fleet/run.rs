@@ -29,6 +29,7 @@ pub const SOME_FAILED: u8 = 6;
 #[derive(Clone, Debug)]
 pub struct Job {
     pub name: String,
+    /// With the run's `--max-requests-per-org` as its `max_requests`.
     pub client: ClientConfig,
     pub extract: ExtractConfig,
     pub load: LoadConfig,
@@ -40,13 +41,8 @@ pub struct Job {
 pub struct RunOptions {
     /// At most this many transforms, loads and lake commits at once.
     pub max_loads: usize,
-    /// Per organization: at most this many requests, then it stops and resumes next time.
-    pub max_requests: Option<u64>,
     /// Per organization: at most this long, then it stops and resumes next time.
     pub max_duration: Option<Duration>,
-    /// Connection and request timeouts of the shared transport.
-    pub connect_timeout: Duration,
-    pub request_timeout: Duration,
     pub metrics_file: Option<PathBuf>,
     pub lineage: Option<Lineage>,
 }
@@ -223,7 +219,12 @@ fn write_status(org_out: &Path, report: &mut OrgReport) {
 /// Runs every job concurrently; `stop` is the process's Ctrl-C/SIGTERM flag.
 pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: watch::Receiver<bool>) -> Result<FleetReport, Error> {
     let started = Instant::now();
-    let transport = Transport::new(options.connect_timeout, options.request_timeout)?;
+    // Every organization's client has the command line's timeouts: the shared transport takes
+    // them from the first.
+    let transport = match jobs.first() {
+        Some(job) => Transport::new(job.client.connect_timeout, job.client.request_timeout)?,
+        None => return Ok(FleetReport::new(vec![], started.elapsed())),
+    };
     let loads = Arc::new(Semaphore::new(options.max_loads.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     let names: Vec<String> = jobs.iter().map(|j| j.name.clone()).collect();
@@ -294,9 +295,9 @@ async fn run_org(
     let started = Instant::now();
     let started_at = Utc::now();
     let org_out = job.extract.out.root().to_path_buf();
-    let lineage = options.lineage.as_ref().map(|l| LineageEvent::new(l, &job));
-    if let (Some(l), Some(ev)) = (&options.lineage, &lineage) {
-        l.emit(&ev.start(started_at)).await;
+    let lineage = options.lineage.as_ref().map(|sink| (sink, LineageEvent::new(&job)));
+    if let Some((sink, event)) = &lineage {
+        sink.emit(&event.start(started_at)).await;
     }
     // The organization's own stop: the process's, or its `--max-duration`.
     let (tx, rx) = watch::channel(false);
@@ -314,8 +315,7 @@ async fn run_org(
         let _ = tx.send(true);
         cause
     });
-    let config = ClientConfig { max_requests: options.max_requests, ..job.client.clone() };
-    let (client, outcome) = match Client::with_transport(config, transport) {
+    let (client, outcome) = match Client::with_transport(job.client.clone(), transport) {
         Err(e) => (None, Err(Error::from(e))),
         Ok(client) => {
             let outcome = match job.extract.out.lock("fleet run") {
@@ -370,7 +370,7 @@ async fn run_org(
                     report.outcome = Outcome::Incomplete;
                     report.error = Some(format!(
                         "request budget of {} spent (`--max-requests-per-org`); the next run resumes",
-                        options.max_requests.unwrap_or_default()
+                        job.client.max_requests.unwrap_or_default()
                     ));
                 }
                 (Some(StopCause::Deadline), _) => {
@@ -387,8 +387,8 @@ async fn run_org(
     report.resumable =
         report.outcome != Outcome::Completed && crate::extract::unfinished_run(&job.extract.out).is_some();
     write_status(&org_out, &mut report);
-    if let (Some(l), Some(ev)) = (&options.lineage, &lineage) {
-        l.emit(&ev.end(&report)).await;
+    if let Some((sink, event)) = &lineage {
+        sink.emit(&event.end(&report)).await;
     }
     report
 }
