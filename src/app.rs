@@ -208,10 +208,11 @@ pub struct FleetStatusRow {
 }
 
 fn fleet_status(args: &FleetSelect, global: &GlobalArgs) -> Result<u8, Error> {
-    let (_, names) = args.select()?;
-    let rows: Vec<FleetStatusRow> = names
+    let rows: Vec<FleetStatusRow> = args
+        .select()?
         .into_iter()
-        .map(|name| {
+        .map(|org| {
+            let name = org.name;
             let dir = crate::fleet::run::org_dir(&global.out, &name);
             let status = crate::fleet::run::read_status(&dir);
             let resumable_run = crate::extract::unfinished_run(&crate::out::OutDir::new(&dir));

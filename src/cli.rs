@@ -156,8 +156,9 @@ pub struct FleetSelect {
 }
 
 impl FleetSelect {
-    /// Reads and validates the fleet file, then selects; every problem at once.
-    pub fn select(&self) -> Result<(crate::fleet::Fleet, Vec<String>), Error> {
+    /// Reads and validates the fleet file, then selects its organizations, in file order; every
+    /// problem at once.
+    pub fn select(&self) -> Result<Vec<Organization>, Error> {
         let mut problems = vec![];
         let shard = self
             .shard
@@ -178,8 +179,7 @@ impl FleetSelect {
         };
         let Some(fleet) = fleet.filter(|_| problems.is_empty()) else { return Err(Error::Config(problems)) };
         let only = (!self.only.is_empty()).then_some(self.only.as_slice());
-        let names = fleet.select(only, shard).map_err(Error::Config)?.into_iter().map(|o| o.name.clone()).collect();
-        Ok((fleet, names))
+        Ok(fleet.select(only, shard).map_err(Error::Config)?.into_iter().cloned().collect())
     }
 }
 
@@ -239,7 +239,7 @@ impl FleetRunArgs {
     /// Validates the whole fleet run: the file, the flags, every organization's client, extract,
     /// load and actions, before anything is sent.
     pub fn config(&self, global: &GlobalArgs) -> Result<(Vec<Job>, RunOptions), Error> {
-        let (fleet, selected) = self.select.select()?;
+        let selected = self.select.select()?;
         let mut problems = vec![];
         if let Err(e) = crate::transform::buckets(&self.cohort_edges) {
             problems.push(format!("`--cohort-edges`: {e}"));
@@ -270,7 +270,7 @@ impl FleetRunArgs {
             (None, None) => None,
         };
         let mut jobs = vec![];
-        for org in fleet.organizations.iter().filter(|o| selected.contains(&o.name)) {
+        for org in &selected {
             match self.job(org, global, lake.as_deref()) {
                 Ok(job) => jobs.push(job),
                 Err(p) => problems.extend(p),
