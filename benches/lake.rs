@@ -1,5 +1,5 @@
 //! Shared-lake benchmark: N organizations committing to one Delta Lake on a local S3 server
-//! (`moto_server`) at the same time, as N `load --lake` processes would after their warehouses.
+//! (moto, serving one request at a time as the tests do: `tests/it/moto.rs`) at the same time, as N `load --lake` processes would after their warehouses.
 //! Each organization's tables are staged first (not timed); then all N commit at once, each
 //! with its own Delta tables and retries. Reports, per round, the wall time, commits per second
 //! and the conflicts retried: a fresh lake (the tables are created by the race) and the same
@@ -7,8 +7,9 @@
 //!
 //! `cargo bench --bench lake -- [--orgs N] [--applications N] [--reps N] [--moto PATH]`
 //!
-//! `moto_server` comes from `notebooks/requirements.txt`; by default the test suite's
-//! virtualenv (`$CARGO_TARGET_DIR/tmp/notebook-venv`), which `cargo test` makes.
+//! moto comes from `notebooks/requirements.txt`; by default the test suite's virtualenv
+//! (`$CARGO_TARGET_DIR/tmp/notebook-venv`), which `cargo test` makes. `--moto` names the
+//! `moto_server` of another virtualenv, whose `python` then runs it.
 
 mod common;
 #[path = "../tests/it/moto.rs"]
