@@ -17,6 +17,7 @@
 
 pub mod crawl;
 pub mod landing;
+pub mod quick;
 pub mod raw;
 
 use std::collections::BTreeMap;
