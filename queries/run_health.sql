@@ -1,6 +1,7 @@
--- run_health: the last N loaded runs: duration, requests, retries, 429s, pacing waits, warnings.
+-- run_health: the last N loaded runs: duration, requests, retries, 429s, pacing waits, warnings,
+-- and how each read the applications (quick or full, pages verified, counts agreeing).
 -- params: runs (default 20)
--- columns: run_id, started_at, finished_at, status, duration_s, requests, retries, rate_limited, pacing_wait_s, status_changes, warnings, parquet_exported
+-- columns: run_id, started_at, finished_at, status, duration_s, requests, retries, rate_limited, pacing_wait_s, status_changes, warnings, parquet_exported, sync_mode, pages_verified, counts_agree, last_reconcile_at
 SELECT run_id, started_at, finished_at, status,
        round(date_diff('millisecond', CAST(coalesce(started_at, finished_at) AS TIMESTAMP),
                        CAST(finished_at AS TIMESTAMP)) / 1000.0, 1) AS duration_s,
@@ -8,7 +9,8 @@ SELECT run_id, started_at, finished_at, status,
        round(pacing_wait_ms / 1000.0, 1) AS pacing_wait_s,
        status_changes,
        warnings,
-       parquet_exported
+       parquet_exported,
+       sync_mode, pages_verified, counts_agree, last_reconcile_at
 FROM runs
 ORDER BY finished_at DESC
 LIMIT coalesce(CAST(getvariable('runs') AS INTEGER), 20);

@@ -15,7 +15,7 @@ use crate::cli::{
     FleetSelect, GlobalArgs, LoadArgs, QueryArgs, RunArgs,
 };
 use crate::emulator::Emulator;
-use crate::extract::{ExtractConfig, ExtractReport};
+use crate::extract::{ExtractConfig, ExtractReport, SyncMode};
 use crate::load::{LoadConfig, LoadReport};
 use crate::{exit, Error};
 
@@ -142,17 +142,18 @@ pub async fn pipeline(
     let writable = load_config.out.clone();
     let checked_actions = actions.clone();
     let held = permit().await;
-    blocking("preflight", move || -> Result<(), Error> {
+    let wanted = snapshot_wanted(config);
+    let snapshot = blocking("preflight", move || -> Result<_, Error> {
         match &checked_actions {
             // The journal lives in the writer's warehouse: opening it checks both.
             Some((config, reviewed)) => crate::action::preflight(config, reviewed)?,
             None => crate::load::warehouse::check_writable(&writable)?,
         }
-        Ok(())
+        read_snapshot(wanted)
     })
     .await?;
     drop(held);
-    let extracted = crate::extract::run(config, client, stop.clone()).await?;
+    let extracted = crate::extract::run(config, client, stop.clone(), snapshot.as_ref()).await?;
     let lake = load_config.lake.clone();
     let out = load_config.out.clone();
     let held = permit().await;
@@ -168,6 +169,20 @@ pub async fn pipeline(
         loaded.lake = Some(push_to_lake(&out, lake).await?);
     }
     Ok(RunReport { extract: extracted, load: loaded, actions })
+}
+
+/// What [`read_snapshot`] needs: `None` for a full sync, which compares with nothing.
+type SnapshotRequest = Option<(crate::out::OutDir, Vec<String>, Option<i64>)>;
+
+fn snapshot_wanted(config: &ExtractConfig) -> SnapshotRequest {
+    (config.sync != SyncMode::Full)
+        .then(|| (config.out.clone(), config.statuses.iter().map(|s| s.to_string()).collect(), config.campaign_id))
+}
+
+/// The previous sync's lists from the warehouse, for a quick sync (blocking: DuckDB).
+fn read_snapshot(wanted: SnapshotRequest) -> Result<Option<crate::extract::Snapshot>, Error> {
+    let Some((out, statuses, campaign_id)) = wanted else { return Ok(None) };
+    Ok(crate::load::warehouse::snapshot(&out, &statuses, campaign_id)?)
 }
 
 async fn run_all(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
@@ -289,7 +304,9 @@ async fn extract(args: &ExtractArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let (client_config, config) = validate_both(global.client_config(), args.config(global))?;
     let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("extract")?;
-    let report = crate::extract::run(&config, &client, stop_signal()).await?;
+    let wanted = snapshot_wanted(&config);
+    let snapshot = blocking("snapshot", move || read_snapshot(wanted)).await?;
+    let report = crate::extract::run(&config, &client, stop_signal(), snapshot.as_ref()).await?;
     print_json(&report)?;
     Ok(exit::OK)
 }

@@ -15,7 +15,7 @@ use crate::action::{ActionConfig, ActionKind, Reviewed};
 use crate::api::models::ApplicationStatus;
 use crate::api::{ApiKey, ClientConfig, PacingConfig, RetryPolicy, API_KEY_ENV, DEFAULT_BASE_URL};
 use crate::emulator::{EmulatorConfig, FaultConfig, GenConfig, Keys, OrgPolicy, RatePolicy};
-use crate::extract::ExtractConfig;
+use crate::extract::{ExtractConfig, SyncMode};
 use crate::fleet::observe::Lineage;
 use crate::fleet::run::{Job, RunOptions};
 use crate::fleet::Organization;
@@ -207,6 +207,8 @@ pub struct FleetRunArgs {
     /// Bucket edges of monthly posts for `post_count_cohorts`, comma-separated, increasing
     #[arg(long, value_delimiter = ',', default_value = "1,5,13,31", value_name = "LIST")]
     pub cohort_edges: Vec<i64>,
+    #[command(flatten)]
+    pub sync: SyncArgs,
     /// Write per-organization metrics here in the Prometheus textfile-collector format
     #[arg(long, value_name = "PATH")]
     pub metrics_file: Option<PathBuf>,
@@ -216,6 +218,33 @@ pub struct FleetRunArgs {
     /// Append OpenLineage run events to this file, one JSON object per line
     #[arg(long, value_name = "PATH")]
     pub openlineage_file: Option<PathBuf>,
+}
+
+/// How a sync reads the applications: `run`, `extract` and `fleet run` share these.
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// `quick`: page 1 of each status, then only the pages that locate what changed since the
+    /// last sync; `full`: every page (a reconcile); `auto`: quick within `--reconcile-every` of
+    /// the last full sync, full otherwise
+    #[arg(long, default_value_t = SyncMode::Auto, value_name = "MODE")]
+    pub sync: SyncMode,
+    /// With `--sync auto`: a full sync when the last one finished this long ago (`90m`, `24h`)
+    #[arg(long, default_value = "24h", value_name = "DURATION")]
+    pub reconcile_every: String,
+}
+
+impl SyncArgs {
+    /// The mode and the reconcile interval; a problem is added for a bad duration.
+    fn parse(&self, problems: &mut Vec<String>) -> (SyncMode, Duration) {
+        let every = parse_duration(&self.reconcile_every).unwrap_or_else(|| {
+            problems.push(format!(
+                "`--reconcile-every` `{}` is not a duration such as `90m` or `24h`",
+                self.reconcile_every
+            ));
+            crate::extract::DEFAULT_RECONCILE_EVERY
+        });
+        (self.sync, every)
+    }
 }
 
 /// Parses `90`, `90s`, `15m` or `2h`.
@@ -258,6 +287,7 @@ impl FleetRunArgs {
             parsed
         });
         let lake = self.lake.as_deref().and_then(|url| checked_lake(url, None, &mut problems));
+        let sync = self.sync.parse(&mut problems);
         let lineage = match (&self.openlineage_url, &self.openlineage_file) {
             (Some(url), _) => match Url::parse(url) {
                 Ok(u) if matches!(u.scheme(), "http" | "https") => Some(Lineage::url(u)?),
@@ -271,7 +301,7 @@ impl FleetRunArgs {
         };
         let mut jobs = vec![];
         for org in &selected {
-            match self.job(org, global, lake.as_deref()) {
+            match self.job(org, global, lake.as_deref(), sync) {
                 Ok(job) => jobs.push(job),
                 Err(p) => problems.extend(p),
             }
@@ -285,7 +315,13 @@ impl FleetRunArgs {
     }
 
     /// One organization's sync, its settings over the command line's.
-    fn job(&self, org: &Organization, global: &GlobalArgs, lake: Option<&str>) -> Result<Job, Vec<String>> {
+    fn job(
+        &self,
+        org: &Organization,
+        global: &GlobalArgs,
+        lake: Option<&str>,
+        (sync, reconcile_every): (SyncMode, Duration),
+    ) -> Result<Job, Vec<String>> {
         let at = format!("organization `{}`", org.name);
         let s = &org.settings;
         let out = OutDir::new(crate::fleet::run::org_dir(&global.out, &org.name));
@@ -338,6 +374,8 @@ impl FleetRunArgs {
             keep_raw: None,
             fresh: false,
             progress_bars: false,
+            sync,
+            reconcile_every,
         };
         let load = LoadConfig {
             out,
@@ -583,6 +621,8 @@ pub struct ExtractArgs {
     /// Start a new run even if an unfinished one could be resumed
     #[arg(long)]
     pub fresh: bool,
+    #[command(flatten)]
+    pub sync: SyncArgs,
 }
 
 fn parse_day(flag: &str, value: &Option<String>, problems: &mut Vec<String>) -> Option<NaiveDate> {
@@ -629,6 +669,7 @@ impl ExtractArgs {
         if self.keep_raw == Some(0) {
             problems.push("`--keep-raw` must be at least 1".into());
         }
+        let (sync, reconcile_every) = self.sync.parse(&mut problems);
         if !problems.is_empty() {
             return Err(Error::Config(problems));
         }
@@ -647,6 +688,8 @@ impl ExtractArgs {
             keep_raw: self.keep_raw,
             fresh: self.fresh,
             progress_bars: global.quiet == 0,
+            sync,
+            reconcile_every,
         })
     }
 }

@@ -94,6 +94,9 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
         keep_raw: Some(3),
         fresh: false,
         progress_bars: config.progress_bars,
+        // Every demo serves new data: a reconcile, not a difference from the last demo's.
+        sync: crate::extract::SyncMode::Full,
+        reconcile_every: crate::extract::DEFAULT_RECONCILE_EVERY,
     };
     let load = LoadConfig {
         out: config.out.clone(),

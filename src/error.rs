@@ -77,7 +77,10 @@ impl Error {
                 exit::LOCKED
             }
             Error::Load(
-                LoadError::NoRuns(_) | LoadError::Incomplete(_) | LoadError::Extract(ExtractError::NoSuchRun(_)),
+                LoadError::NoRuns(_)
+                | LoadError::Incomplete(_)
+                | LoadError::StaleQuick { .. }
+                | LoadError::Extract(ExtractError::NoSuchRun(_)),
             ) => exit::USAGE,
             Error::Action(ActionError::Read { .. } | ActionError::Invalid { .. } | ActionError::TooManyRows { .. }) => {
                 exit::USAGE

@@ -121,10 +121,13 @@ impl Input {
                 from: self.start,
                 to: self.today,
                 window_days: 90,
+                sync: "full".into(),
+                base_run: None,
             },
             applications: if take { std::mem::take(&mut self.apps) } else { self.apps.clone() },
             content: self.content.clone(),
             complete: true,
+            quick: None,
         }
     }
 }

@@ -268,6 +268,46 @@ impl Store {
         true
     }
 
+    /// A new application of an organization, in its status's list at `applied_at`; its id.
+    pub fn add_application(&mut self, org: u32, status: ApplicationStatus, applied_at: DateTime<Utc>) -> i64 {
+        let id = self.next_app_id;
+        self.next_app_id += 1;
+        let mut rng = self.drift_rng.fork();
+        let app = data::make_application(
+            &mut rng,
+            id,
+            org,
+            &self.campaigns,
+            applied_at,
+            status,
+            self.user_pool,
+            &mut self.next_account_id,
+        );
+        self.apps.push((org, app));
+        self.index_insert((self.apps.len() - 1) as u32);
+        id
+    }
+
+    /// Sets the monthly post count of an application's first account (adding one if it has
+    /// none), as the creator's posting changes it. False when there is no such id.
+    pub fn set_post_count(&mut self, id: i64, monthly_post_count: i64) -> bool {
+        let Some((_, app)) = self.apps.iter_mut().find(|(_, a)| a.id == id) else { return false };
+        match app.connected_accounts.first_mut() {
+            Some(account) => account.monthly_post_count = monthly_post_count,
+            None => {
+                let account_id = self.next_account_id;
+                self.next_account_id += 1;
+                app.connected_accounts.push(crate::api::models::ConnectedAccount {
+                    id: account_id,
+                    provider: crate::api::models::Provider::TikTok,
+                    username: None,
+                    monthly_post_count,
+                });
+            }
+        }
+        true
+    }
+
     /// An organization's applications, newest first: the truth tests compare a crawl with.
     pub fn applications(&self, org: u32) -> Vec<Application> {
         let mut v: Vec<Application> = self.apps.iter().filter(|(o, _)| *o == org).map(|(_, a)| a.clone()).collect();
@@ -282,21 +322,7 @@ impl Store {
         for _ in 0..self.drift_rng.usize(0..3) {
             let newest = self.apps.last().map(|(_, a)| a.applied_at).unwrap_or(now);
             let applied_at = newest.max(now) + chrono::Duration::seconds(self.drift_rng.i64(1..60));
-            let id = self.next_app_id;
-            self.next_app_id += 1;
-            let mut rng = self.drift_rng.fork();
-            let app = data::make_application(
-                &mut rng,
-                id,
-                MAIN_ORG,
-                &self.campaigns,
-                applied_at,
-                ApplicationStatus::Pending,
-                self.user_pool,
-                &mut self.next_account_id,
-            );
-            self.apps.push((MAIN_ORG, app));
-            self.index_insert((self.apps.len() - 1) as u32);
+            let id = self.add_application(MAIN_ORG, ApplicationStatus::Pending, applied_at);
             events.push(DriftEvent::Inserted { id });
         }
         for _ in 0..self.drift_rng.usize(0..3) {
@@ -591,6 +617,16 @@ impl EmulatorState {
     /// Changes an application's status, as an operator would in the dashboard (a test knob).
     pub fn set_application_status(&self, id: i64, status: ApplicationStatus) -> bool {
         self.store().set_status(id, status)
+    }
+
+    /// Adds an application, as a creator applying would (a test knob); its id.
+    pub fn add_application(&self, org: u32, status: ApplicationStatus, applied_at: DateTime<Utc>) -> i64 {
+        self.store().add_application(org, status, applied_at)
+    }
+
+    /// Changes an application's monthly post count (a test knob).
+    pub fn set_post_count(&self, id: i64, monthly_post_count: i64) -> bool {
+        self.store().set_post_count(id, monthly_post_count)
     }
 
     pub fn sales(&self) -> Vec<StoredSale> {

@@ -109,27 +109,7 @@ impl Crawl<'_> {
                 missing.reverse();
             }
             self.progress.set(&format!("{status} pages"), self.landed_pages(status, pass), page_count.max(1));
-            let client = self.client.clone();
-            let queries: Vec<(u64, ApplicationsQuery)> = missing.iter().map(|p| (*p, self.query(status, *p))).collect();
-            let mut pages = futures_util::stream::iter(queries)
-                .map(|(p, q)| {
-                    let client = client.clone();
-                    async move { (p, client.list_applications(&q).await) }.boxed()
-                })
-                .buffer_unordered(self.concurrency.max(1));
-            loop {
-                let next: Option<(u64, Result<Fetched<ApplicationsPage>, _>)> = tokio::select! {
-                    n = pages.next() => n,
-                    _ = stopped(self.stop.clone()) => return Err(ExtractError::Interrupted),
-                };
-                let Some((page, result)) = next else { break };
-                let fetched =
-                    result.map_err(|e| ExtractError::api(format!("applications `{status}` page {page}"), e))?;
-                let rows = fetched.value.data.len();
-                self.land(&fetched, Some(pass), None, None)?;
-                let note = format!("{rows} rows, {} retries", self.client.metrics().retries);
-                self.progress.inc(&format!("{status} pages"), &note);
-            }
+            self.pages(missing.into_iter().map(|p| (status.clone(), p)).collect(), pass).await?;
             let (seen, row_count) = self.landing.pass_check(status.as_str(), pass);
             if seen == row_count {
                 return Ok(StatusOutcome { passes: pass, converged: true, seen, row_count });
@@ -146,6 +126,33 @@ impl Crawl<'_> {
             );
             pass += 1;
         }
+    }
+
+    /// Fetches and lands pages of one pass, up to `concurrency` at once, in any order.
+    pub async fn pages(&mut self, wanted: Vec<(ApplicationStatus, u64)>, pass: u32) -> Result<(), ExtractError> {
+        let client = self.client.clone();
+        let queries: Vec<(ApplicationStatus, u64, ApplicationsQuery)> =
+            wanted.into_iter().map(|(s, p)| { let q = self.query(&s, p); (s, p, q) }).collect();
+        let mut pages = futures_util::stream::iter(queries)
+            .map(|(s, p, q)| {
+                let client = client.clone();
+                async move { (s, p, client.list_applications(&q).await) }.boxed()
+            })
+            .buffer_unordered(self.concurrency.max(1));
+        loop {
+            type Answer = (ApplicationStatus, u64, Result<Fetched<ApplicationsPage>, crate::api::ApiError>);
+            let next: Option<Answer> = tokio::select! {
+                n = pages.next() => n,
+                _ = stopped(self.stop.clone()) => return Err(ExtractError::Interrupted),
+            };
+            let Some((status, page, result)) = next else { break };
+            let fetched = result.map_err(|e| ExtractError::api(format!("applications `{status}` page {page}"), e))?;
+            let rows = fetched.value.data.len();
+            self.land(&fetched, Some(pass), None, None)?;
+            let note = format!("{rows} rows, {} retries", self.client.metrics().retries);
+            self.progress.inc(&format!("{status} pages"), &note);
+        }
+        Ok(())
     }
 
     /// Fetches every window not landed yet, validating each; a window that stays truncated

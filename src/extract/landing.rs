@@ -48,6 +48,8 @@ pub struct PageInfo {
     pub row_count: u64,
     pub page_count: u64,
     pub ids: Vec<i64>,
+    /// `applied_at` of each row, in µs, in the page's order.
+    pub applied_at: Vec<i64>,
 }
 
 /// The latest observation of an application.
@@ -190,6 +192,7 @@ impl Landing {
             return;
         };
         let ids = body.data.iter().map(|a| a.id).collect();
+        let applied_at = body.data.iter().map(|a| a.applied_at.timestamp_micros()).collect();
         for app in body.data {
             let first_pass = self.observations.get(&app.id).map_or(pass, |o| o.first_pass.min(pass));
             let newer = self.observations.get(&app.id).is_none_or(|o| o.seq < r.seq);
@@ -198,7 +201,8 @@ impl Landing {
                     .insert(app.id, Observation { seq: r.seq, observed_at: r.received_at, app, first_pass });
             }
         }
-        let info = PageInfo { seq: r.seq, row_count: body.meta.row_count, page_count: body.meta.page_count, ids };
+        let info =
+            PageInfo { seq: r.seq, row_count: body.meta.row_count, page_count: body.meta.page_count, ids, applied_at };
         self.pages.entry((status.clone(), pass)).or_default().insert(page, info);
     }
 
@@ -227,6 +231,23 @@ impl Landing {
         let current =
             seen.iter().filter(|id| self.observations.get(id).is_some_and(|o| o.app.status.as_str() == status)).count();
         (current as u64, end_count)
+    }
+
+    /// The pages of one pass of a status, as the quick sync's locator reads them.
+    pub fn page_views(&self, status: &str, pass: u32) -> BTreeMap<u64, super::quick::PageView> {
+        let Some(pages) = self.pages.get(&(status.to_owned(), pass)) else { return BTreeMap::new() };
+        pages
+            .iter()
+            .map(|(n, p)| {
+                let items = p.applied_at.iter().copied().zip(p.ids.iter().copied()).collect();
+                (*n, super::quick::PageView { row_count: p.row_count, items })
+            })
+            .collect()
+    }
+
+    /// Every application seen, with the status it was last seen in.
+    pub fn latest_statuses(&self) -> HashMap<i64, String> {
+        self.observations.iter().map(|(id, o)| (*id, o.app.status.as_str().to_owned())).collect()
     }
 
     /// Pages landed in any pass of a status.

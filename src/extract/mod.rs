@@ -12,6 +12,11 @@
 //! - **Content**: `[from, to]` in windows of `--window-days`, each fetched with `limit=10000` and
 //!   validated (see [`landing::validate_content`]). A truncated window is asked again, then fails
 //!   the run; it is never loaded as complete.
+//! - **Quick sync** (`--sync quick`, or `auto` within `--reconcile-every` of the last full
+//!   sync): page 1 of every status, then only the pages [`quick`] needs to locate what changed
+//!   since the previous sync's lists (the snapshot the caller reads from the warehouse). The
+//!   applications on pages not read are listed in `quick.json` in the landing, and the load
+//!   takes them from the warehouse. A full sync is a *reconcile*.
 //! - **Resume**: the raw landing is the checkpoint. An unfinished run with the same request is
 //!   continued by the next invocation, which fetches only what is not landed.
 
@@ -30,7 +35,7 @@ use thiserror::Error;
 use tokio::sync::watch;
 
 use crate::api::models::ApplicationStatus;
-use crate::api::{ApiError, Client, MetricsSnapshot};
+use crate::api::{ApiError, Client, MetricsSnapshot, MAX_APPLICATIONS_PER_PAGE};
 use crate::out::{io_err, write_json_atomic, OutDir, OutError};
 use crate::progress::Progress;
 use crawl::Crawl;
@@ -38,6 +43,51 @@ use landing::Landing;
 use raw::RawWriter;
 
 pub use landing::{ContentRow, Metric, Observation};
+pub use quick::Snapshot;
+
+/// How a sync reads the applications (`--sync`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// Quick within `--reconcile-every` of the last full sync, full otherwise.
+    #[default]
+    Auto,
+    /// Page 1 of each status, then only the pages that locate what changed.
+    Quick,
+    /// Every page of every status: a reconcile.
+    Full,
+}
+
+impl SyncMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncMode::Auto => "auto",
+            SyncMode::Quick => "quick",
+            SyncMode::Full => "full",
+        }
+    }
+}
+
+impl std::fmt::Display for SyncMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for SyncMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(SyncMode::Auto),
+            "quick" => Ok(SyncMode::Quick),
+            "full" => Ok(SyncMode::Full),
+            _ => Err(format!("`{s}` is not a sync mode; allowed: quick, full, auto")),
+        }
+    }
+}
+
+/// The default of `--reconcile-every`.
+pub const DEFAULT_RECONCILE_EVERY: Duration = Duration::from_secs(24 * 3600);
 
 /// A validated extract request.
 #[derive(Clone, Debug)]
@@ -58,6 +108,9 @@ pub struct ExtractConfig {
     /// Start a new run even when an unfinished one could be resumed.
     pub fresh: bool,
     pub progress_bars: bool,
+    pub sync: SyncMode,
+    /// With `auto`: the longest time since the last full sync for a quick one.
+    pub reconcile_every: Duration,
 }
 
 #[derive(Debug, Error)]
@@ -101,6 +154,95 @@ pub struct RunSpec {
     pub from: NaiveDate,
     pub to: NaiveDate,
     pub window_days: u32,
+    /// `quick` or `full` (runs before quick sync existed were full).
+    #[serde(default = "full_mode")]
+    pub sync: String,
+    /// A quick run's snapshot: the run whose load the warehouse held.
+    #[serde(default)]
+    pub base_run: Option<String>,
+}
+
+fn full_mode() -> String {
+    "full".to_owned()
+}
+
+/// What a sync read and what it verified: the report's `sync`, and columns of `runs`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SyncSummary {
+    /// `--sync`: `auto`, `quick` or `full`.
+    pub requested: String,
+    /// `quick` or `full` (a reconcile).
+    pub mode: String,
+    /// Why this mode.
+    pub reason: String,
+    /// A quick sync's snapshot: the run whose load the warehouse held.
+    pub base_run: Option<String>,
+    /// When the last full sync of the same scope finished (a quick sync's; a full one is the
+    /// reconcile itself).
+    pub last_reconcile_at: Option<DateTime<Utc>>,
+    /// Pages of applications read, and what a full crawl reads.
+    pub pages_verified: u64,
+    pub pages_full: u64,
+    /// Every status's rows add up to the service's count.
+    pub counts_agree: bool,
+    /// Statuses a quick sync read in full, and why.
+    pub read_in_full: BTreeMap<String, String>,
+    /// Applications located entering or leaving a status, and kept from the snapshot unread.
+    pub entered: u64,
+    pub left: u64,
+    pub kept: u64,
+}
+
+/// A quick run's locations, `raw/<run>/quick.json`: what the load takes from the warehouse.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct QuickLanding {
+    pub base_run: String,
+    pub located: BTreeMap<String, quick::Located>,
+}
+
+/// Reads a run's `quick.json`; `None` for a full run.
+pub fn read_quick(out: &OutDir, run_id: &str) -> Result<Option<QuickLanding>, ExtractError> {
+    let path = out.raw_dir(run_id).join("quick.json");
+    match std::fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|_| ExtractError::NoSuchRun(run_id.to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err("read", &path)(e).into()),
+    }
+}
+
+/// The mode a sync starts in, and why. `auto` is quick only with a snapshot and a full sync
+/// within `--reconcile-every`.
+pub fn choose_mode(config: &ExtractConfig, snapshot: Option<&Snapshot>, now: DateTime<Utc>) -> (bool, String) {
+    let every = humantime_ish(config.reconcile_every);
+    match (config.sync, snapshot) {
+        (SyncMode::Full, _) => (false, "`--sync full`".into()),
+        (_, None) => (
+            false,
+            "the warehouse holds no earlier sync of these statuses and campaign to compare with".into(),
+        ),
+        (SyncMode::Quick, Some(_)) => (true, "`--sync quick`".into()),
+        (SyncMode::Auto, Some(s)) => match s.last_reconcile {
+            None => (false, "no full sync of these statuses and campaign yet".into()),
+            Some(t) if now.signed_duration_since(t).to_std().unwrap_or_default() >= config.reconcile_every => (
+                false,
+                format!("the last full sync finished at {}, {every} or more ago (`--reconcile-every`)", t.format("%Y-%m-%d %H:%M:%SZ")),
+            ),
+            Some(t) => (
+                true,
+                format!("the last full sync finished at {}, within {every} (`--reconcile-every`)", t.format("%Y-%m-%d %H:%M:%SZ")),
+            ),
+        },
+    }
+}
+
+/// `90s`, `15m`, `24h` or `2h30m`, as the flags take them.
+fn humantime_ish(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        _ if s % 3600 == 0 && s > 0 => format!("{}h", s / 3600),
+        _ if s % 60 == 0 && s > 0 => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
 }
 
 /// Drift and completeness of one status.
@@ -117,6 +259,9 @@ pub struct StatusSummary {
     /// Rows first seen in a re-crawl: what a single pass would have lost.
     pub recovered: u64,
     pub converged: bool,
+    /// A quick sync's applications on pages it did not read, taken from the snapshot.
+    #[serde(default)]
+    pub kept: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -152,6 +297,9 @@ pub struct ExtractReport {
     pub warnings: Vec<String>,
     pub error: Option<String>,
     pub raw_dir: PathBuf,
+    /// Quick or full, and what it verified.
+    #[serde(default)]
+    pub sync: SyncSummary,
 }
 
 /// The request plan, printed before the bulk of the requests.
@@ -299,15 +447,29 @@ fn prune_raw(out: &OutDir, keep: usize, current: &str) -> Result<(), OutError> {
 
 /// Runs an extract. The caller holds the lock on the output directory. On failure or
 /// interruption the landing and the report are saved before the error is returned, and the
-/// next run resumes.
+/// next run resumes. `snapshot` is the previous sync's lists, for a quick sync (see
+/// [`choose_mode`]).
 pub async fn run(
     config: &ExtractConfig,
     client: &Client,
     stop: watch::Receiver<bool>,
+    snapshot: Option<&Snapshot>,
 ) -> Result<ExtractReport, ExtractError> {
     let base_url = client.base_url().to_string();
     let today = Utc::now().date_naive();
+    let (mut quick, mut reason) = choose_mode(config, snapshot, Utc::now());
     let resumed = if config.fresh { None } else { find_resumable(config, &base_url) };
+    // An unfinished quick run continues only on the same snapshot; an unfinished full run
+    // continues as it began, unless this run asks for quick.
+    let resumed = resumed.filter(|spec| match spec.sync.as_str() {
+        "quick" => quick && snapshot.map(|s| &s.base_run) == spec.base_run.as_ref(),
+        _ => config.sync != SyncMode::Quick || !quick,
+    });
+    if let Some(spec) = &resumed {
+        if spec.sync != "quick" && quick {
+            (quick, reason) = (false, "continuing an unfinished full sync".into());
+        }
+    }
     let spec = match &resumed {
         Some(spec) => spec.clone(),
         None => {
@@ -322,9 +484,12 @@ pub async fn run(
                 from,
                 to,
                 window_days: config.window_days,
+                sync: if quick { "quick" } else { "full" }.to_owned(),
+                base_run: snapshot.filter(|_| quick).map(|s| s.base_run.clone()),
             }
         }
     };
+    let mut spec = spec;
     let dir = config.out.raw_dir(&spec.run_id);
     if resumed.is_none() {
         write_json_atomic(&dir.join("run.json"), &spec)?;
@@ -350,6 +515,8 @@ pub async fn run(
     let mut outcomes = BTreeMap::new();
     let mut warnings = vec![];
     let windows = landing::windows(spec.from, spec.to, spec.window_days);
+    let mut located = BTreeMap::new();
+    let mut read_in_full = BTreeMap::new();
 
     let result: Result<&'static str, ExtractError> = async {
         let mut crawl = Crawl {
@@ -366,13 +533,36 @@ pub async fn run(
         for status in &config.statuses {
             crawl.first_page(status, crawl.landing.last_pass(status.as_str()).unwrap_or(1)).await?;
         }
+        if quick && config.sync == SyncMode::Auto {
+            if let Some(why) = snapshot.and_then(|snap| too_many_changes(config, snap, crawl.landing)) {
+                (quick, reason) = (false, why);
+                spec.sync = "full".into();
+                spec.base_run = None;
+                write_json_atomic(&dir.join("run.json"), &spec)?;
+            }
+        }
         let plan = make_plan(config, client, crawl.landing, &windows, t.elapsed());
         eprintln!("{plan}");
+        if quick {
+            eprintln!("  sync: quick ({reason}): only the pages that locate what changed are read");
+        } else {
+            eprintln!("  sync: full ({reason})");
+        }
         tracing::info!(requests = plan.application_requests + plan.content_requests, estimated_s = plan.estimated_s, "plan");
         if config.plan_only {
             return Ok("planned");
         }
-        for status in &config.statuses {
+        if let (true, Some(snap)) = (quick, snapshot) {
+            located = locate_changes(&mut crawl, snap, &config.statuses, spec.max_passes, &mut outcomes, &mut read_in_full)
+                .await?;
+            write_json_atomic(
+                &dir.join("quick.json"),
+                &QuickLanding { base_run: snap.base_run.clone(), located: located.clone() },
+            )?;
+        }
+        let unread: Vec<&ApplicationStatus> =
+            config.statuses.iter().filter(|s| !outcomes.contains_key(s.as_str())).collect();
+        for status in unread {
             let outcome = crawl.status(status, spec.max_passes).await?;
             if !outcome.converged {
                 warnings.push(format!(
@@ -381,6 +571,9 @@ pub async fn run(
                 ));
             }
             outcomes.insert(status.to_string(), outcome);
+        }
+        for (status, why) in &read_in_full {
+            warnings.push(format!("quick sync: status `{status}` was read in full: {why}"));
         }
         durations.insert("applications".to_owned(), t.elapsed().as_millis() as u64);
         let t = Instant::now();
@@ -417,6 +610,17 @@ pub async fn run(
         durations,
         warnings,
     );
+    let mut report = report;
+    for (s, l) in &located {
+        if let Some(summary) = report.applications.get_mut(s) {
+            summary.kept = l.kept.len() as u64;
+            summary.rows += summary.kept;
+        }
+    }
+    let report = ExtractReport {
+        sync: sync_summary(config, &spec, snapshot, reason, &landing, &report, &located, read_in_full),
+        ..report
+    };
     for w in &report.warnings {
         tracing::warn!(warning = %w, "data quality");
     }
@@ -431,6 +635,108 @@ pub async fn run(
     }
     write_json_atomic(&config.out.report_path(&spec.run_id), &report)?;
     result.map(|_| report)
+}
+
+/// With `auto`: a reason to read everything when locating the changes the counts show would
+/// cost about as many requests as reading every page.
+fn too_many_changes(config: &ExtractConfig, snap: &Snapshot, landing: &Landing) -> Option<String> {
+    let (mut locate, mut rest, mut moved) = (0, 0, 0);
+    for s in &config.statuses {
+        let Some(first) = landing.page(s.as_str(), 1, 1) else { continue };
+        let delta = first.row_count.abs_diff(snap.list(s.as_str()).len() as u64);
+        locate += quick::estimate(first.page_count, delta);
+        rest += first.page_count.saturating_sub(1);
+        moved += delta;
+    }
+    (rest > 0 && locate >= rest).then(|| {
+        format!("the counts moved by {moved} since the last sync: locating the changes would cost about as many requests as reading every page ({rest})")
+    })
+}
+
+/// Locates what changed since the snapshot: page 1 of every status is landed; reads the pages
+/// [`quick::round`] asks for, and every status it gives up on in full.
+async fn locate_changes(
+    crawl: &mut Crawl<'_>,
+    snapshot: &Snapshot,
+    statuses: &[ApplicationStatus],
+    max_passes: u32,
+    outcomes: &mut BTreeMap<String, crawl::StatusOutcome>,
+    read_in_full: &mut BTreeMap<String, String>,
+) -> Result<BTreeMap<String, quick::Located>, ExtractError> {
+    let names: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
+    let whole_service = statuses.len() == ApplicationStatus::KNOWN.len();
+    let per_page = u64::from(MAX_APPLICATIONS_PER_PAGE);
+    let mut asked = std::collections::HashSet::new();
+    loop {
+        let in_full = read_in_full.keys().cloned().collect();
+        let latest = crawl.landing.latest_statuses();
+        let landing = &*crawl.landing;
+        let next =
+            quick::round(snapshot, &names, &|s| landing.page_views(s, 1), &latest, &in_full, whole_service, per_page);
+        match next {
+            quick::Round::Fetch(pages) => {
+                let mut wanted = vec![];
+                for (s, p) in pages {
+                    if asked.insert((s.clone(), p)) {
+                        wanted.push((ApplicationStatus::parse(&s), p));
+                    } else {
+                        // Asked and answered, yet not landed as a page: read the status in full.
+                        read_in_full.insert(s.clone(), format!("page {p} could not be read as a page"));
+                    }
+                }
+                crawl.pages(wanted, 1).await?;
+            }
+            quick::Round::ReadInFull(list) => {
+                for (s, why) in list {
+                    tracing::warn!(status = %s, reason = %why, "quick sync: reading the status in full");
+                    let outcome = crawl.status(&ApplicationStatus::parse(&s), max_passes).await?;
+                    outcomes.insert(s.clone(), outcome);
+                    read_in_full.insert(s, why);
+                }
+            }
+            quick::Round::Done(located) => {
+                for (s, l) in &located {
+                    let outcome =
+                        crawl::StatusOutcome { passes: 1, converged: true, seen: l.row_count, row_count: l.row_count };
+                    outcomes.insert(s.clone(), outcome);
+                }
+                return Ok(located);
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // the report's parts, once
+fn sync_summary(
+    config: &ExtractConfig,
+    spec: &RunSpec,
+    snapshot: Option<&Snapshot>,
+    reason: String,
+    landing: &Landing,
+    report: &ExtractReport,
+    located: &BTreeMap<String, quick::Located>,
+    read_in_full: BTreeMap<String, String>,
+) -> SyncSummary {
+    let quick = spec.sync == "quick";
+    let sum = |f: fn(&quick::Located) -> usize| located.values().map(|l| f(l) as u64).sum::<u64>();
+    SyncSummary {
+        requested: config.sync.to_string(),
+        mode: spec.sync.clone(),
+        reason,
+        base_run: spec.base_run.clone(),
+        last_reconcile_at: snapshot.filter(|_| quick).and_then(|s| s.last_reconcile),
+        pages_verified: report.applications.values().map(|s| s.pages_fetched).sum(),
+        pages_full: config
+            .statuses
+            .iter()
+            .map(|s| landing.page(s.as_str(), 1, 1).map_or(1, |p| p.page_count.max(1)))
+            .sum(),
+        counts_agree: report.status == "completed" && report.applications.values().all(|s| s.converged),
+        read_in_full,
+        entered: sum(|l| l.entered.len()),
+        left: sum(|l| l.left.len()),
+        kept: sum(|l| l.kept.len()),
+    }
 }
 
 fn count_segments(dir: &std::path::Path) -> u32 {
@@ -517,6 +823,7 @@ fn build_report(
                 passes: outcome.map_or(0, |o| o.passes),
                 recovered: if outcome.is_some_and(|o| o.passes > 1) { recovered } else { 0 },
                 converged: outcome.is_some_and(|o| o.converged),
+                kept: 0,
             },
         );
     }
@@ -543,6 +850,7 @@ fn build_report(
         warnings,
         error,
         raw_dir: config.out.raw_dir(&spec.run_id),
+        sync: SyncSummary::default(),
     }
 }
 
@@ -555,6 +863,8 @@ pub struct Extracted {
     /// One row per (metric, date).
     pub content: Vec<ContentRow>,
     pub complete: bool,
+    /// A quick run's locations: the applications it kept from the warehouse unread.
+    pub quick: Option<QuickLanding>,
 }
 
 /// Reads a run's landing back, without calling the API.
@@ -570,5 +880,6 @@ pub fn read_extracted(out: &OutDir, run_id: &str) -> Result<Extracted, ExtractEr
         applications: landing.applications().into_iter().cloned().collect(),
         content: landing.content(),
         complete: dir.join("COMPLETE").exists(),
+        quick: read_quick(out, run_id)?,
     })
 }

@@ -82,6 +82,8 @@ pub struct OrgReport {
     pub run_id: Option<String>,
     /// Applications the extract saw (completed syncs).
     pub applications: u64,
+    /// `quick` or `full` (completed syncs; see `--sync`).
+    pub sync: Option<String>,
     /// Rows loaded per table (completed syncs).
     pub rows: BTreeMap<String, u64>,
     pub requests: u64,
@@ -121,14 +123,15 @@ impl FleetReport {
     /// The human summary table, for stderr.
     pub fn summary(&self) -> String {
         let mut out = format!(
-            "{:<24} {:<11} {:>9} {:>8} {:>5} {:>9} {:>9}  error\n",
-            "organization", "outcome", "apps", "requests", "429s", "wait_s", "took_s"
+            "{:<24} {:<11} {:<5} {:>9} {:>8} {:>5} {:>9} {:>9}  error\n",
+            "organization", "outcome", "sync", "apps", "requests", "429s", "wait_s", "took_s"
         );
         for o in &self.organizations {
             out.push_str(&format!(
-                "{:<24} {:<11} {:>9} {:>8} {:>5} {:>9.1} {:>9.1}  {}\n",
+                "{:<24} {:<11} {:<5} {:>9} {:>8} {:>5} {:>9.1} {:>9.1}  {}\n",
                 o.name,
                 o.outcome.as_str(),
+                o.sync.as_deref().unwrap_or("-"),
                 o.applications,
                 o.requests,
                 o.rate_limited,
@@ -265,6 +268,7 @@ fn empty_report(name: String, outcome: Outcome, exit_code: u8, at: DateTime<Utc>
         exit_code,
         run_id: None,
         applications: 0,
+        sync: None,
         rows: BTreeMap::new(),
         requests: 0,
         rate_limited: 0,
@@ -349,6 +353,7 @@ async fn run_org(
         Ok(run) => {
             report.run_id = Some(run.extract.run_id.clone());
             report.applications = run.extract.applications_total;
+            report.sync = Some(run.extract.sync.mode.clone());
             report.rows = run.load.rows.clone();
             // The data is loaded; a stop or a failure can only have come in the actions.
             run.actions

@@ -24,6 +24,7 @@ use std::time::Duration;
 use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::kernel::transaction::TransactionError;
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use deltalake::operations::write::SchemaMode;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, DeltaTableError};
 use serde::Serialize;
@@ -161,6 +162,8 @@ async fn commit_table(
             t.write(batches.clone())
                 .with_save_mode(SaveMode::Overwrite)
                 .with_replace_where(format!("organization = '{}'", lake.org))
+                // A newer creator-etl adds columns (quick sync's in `runs`) to an existing lake.
+                .with_schema_mode(SchemaMode::Merge)
                 .with_partition_columns(partition_columns(table).iter().copied())
                 .await
         }

@@ -61,6 +61,8 @@ pub enum LoadError {
     Lake(String),
     #[error("refusing to load run `{run_id}`: its landing holds {found} {what}, but its extract reported {reported}; the raw files under `raw/{run_id}/` are incomplete, so the warehouse keeps its previous data. Run `creator-etl extract --fresh` (or `run`) to fetch it again")]
     Shrunk { run_id: String, what: &'static str, found: u64, reported: u64 },
+    #[error("quick run `{run_id}` holds only what changed since run `{base}`, but the warehouse has loaded `{latest}` since; run `creator-etl run --sync full` (or extract again) instead of loading it")]
+    StaleQuick { run_id: String, base: String, latest: String },
     #[error(transparent)]
     Transform(#[from] TransformError),
     #[error(transparent)]
@@ -348,7 +350,7 @@ pub fn load_extracted(
     extract_report: Option<&ExtractReport>,
 ) -> Result<LoadReport, LoadError> {
     let started = Instant::now();
-    let Extracted { spec, applications: mut apps, content, .. } = extracted;
+    let Extracted { spec, applications: mut apps, content, quick, .. } = extracted;
     let run_id = spec.run_id.as_str();
     let mut stages_ms = BTreeMap::new();
     let mut lap = {
@@ -365,6 +367,25 @@ pub fn load_extracted(
     if let Some(keep) = out_of_scope(&spec.statuses, spec.campaign_id) {
         let ids: std::collections::HashSet<i64> = apps.iter().map(|o| o.app.id).collect();
         apps.extend(warehouse::applications_where(&conn, &keep)?.into_iter().filter(|o| !ids.contains(&o.app.id)));
+    }
+    if let Some(quick) = &quick {
+        // A quick run is a difference from the warehouse's state at its snapshot: it loads on
+        // top of exactly that state (or again on its own).
+        let latest = warehouse::latest_run(&conn)?;
+        if latest.as_deref() != Some(quick.base_run.as_str()) && latest.as_deref() != Some(run_id) {
+            return Err(LoadError::StaleQuick {
+                run_id: run_id.to_owned(),
+                base: quick.base_run.clone(),
+                latest: latest.unwrap_or_else(|| "none".into()),
+            });
+        }
+        let kept: Vec<String> =
+            quick.located.values().flat_map(|l| l.kept.iter().map(|id| id.to_string())).collect();
+        if !kept.is_empty() {
+            let have: std::collections::HashSet<i64> = apps.iter().map(|o| o.app.id).collect();
+            let rows = warehouse::applications_where(&conn, &format!("id IN ({})", kept.join(",")))?;
+            apps.extend(rows.into_iter().filter(|o| !have.contains(&o.app.id)));
+        }
     }
     apps.sort_by_key(|o| o.app.id);
     lap("read_state", &mut stages_ms);
@@ -401,7 +422,11 @@ pub fn load_extracted(
             return Err(LoadError::Strict(quality.findings.join("; ")));
         }
         let rows = warehouse::row_counts(&conn)?;
-        record_run(&conn, run_id, extract_report, &rows, &quality, &stages_ms)?;
+        let sync = RunSync {
+            mode: if quick.is_some() { "quick" } else { "full" },
+            scope: warehouse::sync_scope(&spec.statuses, spec.campaign_id),
+        };
+        record_run(&conn, run_id, extract_report, &sync, &rows, &quality, &stages_ms)?;
         crate::out::crash_point("load-before-commit");
         conn.execute_batch("COMMIT;").map_err(|e| LoadError::db("commit the load", e))?;
         Ok(rows)
@@ -435,10 +460,17 @@ pub fn load_extracted(
     })
 }
 
+/// How a loaded run read the applications.
+struct RunSync {
+    mode: &'static str,
+    scope: String,
+}
+
 fn record_run(
     conn: &duckdb::Connection,
     run_id: &str,
     report: Option<&ExtractReport>,
+    sync: &RunSync,
     rows: &BTreeMap<String, u64>,
     quality: &QualityReport,
     stages_ms: &BTreeMap<String, u64>,
@@ -452,8 +484,10 @@ fn record_run(
     conn.execute(
         "INSERT OR REPLACE INTO runs (run_id, started_at, finished_at, status, extract_ms, transform_ms, load_ms, \
          requests, retries, rate_limited, pacing_wait_ms, rows_json, warnings_json, status_changes, \
-         parquet_exported, report_json, warnings) \
-         VALUES (?, ?::TIMESTAMPTZ, now(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false, ?, ?)",
+         parquet_exported, report_json, warnings, sync_mode, sync_scope, pages_verified, last_reconcile_at, \
+         counts_agree) \
+         VALUES (?, ?::TIMESTAMPTZ, now(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false, ?, ?, ?, ?, ?, \
+         CASE WHEN ? = 'full' THEN now() ELSE ?::TIMESTAMPTZ END, ?)",
         duckdb::params![
             run_id,
             report.map(|r| r.started_at.to_rfc3339()),
@@ -470,6 +504,12 @@ fn record_run(
             quality.status_changes as i64,
             report.map(|r| serde_json::to_string(r).unwrap_or_default()),
             warnings.len() as i64,
+            sync.mode,
+            sync.scope,
+            report.map(|r| r.sync.pages_verified as i64),
+            sync.mode,
+            report.and_then(|r| r.sync.last_reconcile_at).map(|t| t.to_rfc3339()),
+            report.map(|r| r.sync.counts_agree),
         ],
     )
     .map_err(|e| LoadError::db("record the run in `runs`", e))?;

@@ -20,15 +20,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
-use duckdb::{params, Connection};
+use duckdb::{params, Connection, OptionalExt};
 
 use super::LoadError;
 use crate::api::models::{Application, ApplicationStatus, ConnectedAccount, Provider, SignupSource};
-use crate::extract::{ContentRow, Metric, Observation};
+use crate::extract::{ContentRow, Metric, Observation, Snapshot};
 use crate::out::OutDir;
 
 /// The schema this version writes. Older warehouses are migrated in place by [`migrate`].
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// Tables replaced wholesale by each load, with their DDL (primary keys included).
 pub const TABLES: [(&str, &str); 6] = [
@@ -116,6 +116,18 @@ CREATE TABLE IF NOT EXISTS action_results (
 const V3: &str = "
 ALTER TABLE action_journal ADD COLUMN IF NOT EXISTS service VARCHAR;
 ALTER TABLE action_journal ADD COLUMN IF NOT EXISTS key_fingerprint VARCHAR;
+";
+
+/// Version 4: how each run read the applications (quick sync): its mode, scope, the pages it
+/// verified, the last full sync (reconcile) it relies on, and whether every count agreed. Runs
+/// loaded before were full syncs.
+const V4: &str = "
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS sync_mode VARCHAR;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS sync_scope VARCHAR;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS pages_verified BIGINT;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS last_reconcile_at TIMESTAMPTZ;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS counts_agree BOOLEAN;
+UPDATE runs SET sync_mode = 'full' WHERE sync_mode IS NULL;
 ";
 
 /// The views over the tables, as of the current schema (version 2 on): `cohort_acceptance`, which
@@ -308,7 +320,7 @@ pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
     if current > SCHEMA_VERSION {
         return Err(LoadError::NewerSchema { found: current, supported: SCHEMA_VERSION });
     }
-    let migrations: [(i32, &str); 3] = [(1, V1), (2, V2), (3, V3)];
+    let migrations: [(i32, &str); 4] = [(1, V1), (2, V2), (3, V3), (4, V4)];
     for (version, sql) in migrations.iter().filter(|(v, _)| *v > current) {
         let mut batch = format!("BEGIN TRANSACTION;\n{sql}\n");
         if *version == 1 {
@@ -332,6 +344,60 @@ pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
 
 fn ts(us: i64) -> DateTime<Utc> {
     Utc.timestamp_micros(us).single().unwrap_or_default()
+}
+
+/// The scope of a sync, as `runs.sync_scope` records it: a quick sync compares only with a
+/// warehouse whose last load had the same scope.
+pub fn sync_scope(statuses: &[String], campaign_id: Option<i64>) -> String {
+    format!("statuses={};campaign={}", statuses.join(","), campaign_id.map_or("all".to_owned(), |c| c.to_string()))
+}
+
+/// The run the warehouse loaded last.
+pub fn latest_run(conn: &Connection) -> Result<Option<String>, LoadError> {
+    conn.query_row("SELECT run_id FROM runs ORDER BY finished_at DESC LIMIT 1", [], |r| r.get(0))
+        .optional()
+        .map_err(|e| LoadError::db("read `runs`", e))
+}
+
+/// The previous sync's lists, for a quick sync of this scope: `None` when there is no warehouse
+/// yet, or its last load was of another scope (or by a version before quick sync).
+pub fn snapshot(out: &OutDir, statuses: &[String], campaign_id: Option<i64>) -> Result<Option<Snapshot>, LoadError> {
+    let Some((conn, _)) = open_latest_read_only(out)? else { return Ok(None) };
+    let scope = sync_scope(statuses, campaign_id);
+    let latest: Option<(String, Option<String>)> = match conn
+        .query_row("SELECT run_id, sync_scope FROM runs ORDER BY finished_at DESC LIMIT 1", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()
+    {
+        Ok(l) => l,
+        // No `runs` table, or one without the quick-sync columns: no snapshot to trust.
+        Err(_) => return Ok(None),
+    };
+    let Some((base_run, Some(last_scope))) = latest else { return Ok(None) };
+    if last_scope != scope {
+        return Ok(None);
+    }
+    let last_reconcile: Option<i64> = conn
+        .query_row(
+            "SELECT epoch_us(max(finished_at)) FROM runs WHERE sync_mode = 'full' AND sync_scope = ?",
+            [&scope],
+            |r| r.get(0),
+        )
+        .map_err(|e| LoadError::db("read `runs`", e))?;
+    let list = statuses.iter().map(|s| format!("'{}'", s.replace('\'', "''"))).collect::<Vec<_>>().join(", ");
+    let campaign = campaign_id.map_or(String::new(), |c| format!(" AND campaign_id = {c}"));
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT status, epoch_us(applied_at), id FROM applications WHERE status IN ({list}){campaign}"
+        ))
+        .map_err(|e| LoadError::db("read `applications`", e))?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, (r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))))
+        .map_err(|e| LoadError::db("read `applications`", e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| LoadError::db("read `applications`", e))?;
+    Ok(Some(Snapshot::new(base_run, last_reconcile.map(ts), rows)))
 }
 
 /// Content already in the warehouse.

@@ -11,5 +11,6 @@ mod lake;
 mod load;
 mod moto;
 mod pacing;
+mod quick;
 mod readme;
 mod util;

@@ -1,0 +1,267 @@
+//! Quick sync (`--sync quick|full|auto`) through the real binary against the emulator's drift:
+//! new applications, status changes at random positions, changes that cancel in the counts,
+//! field edits on deep pages, ties in `applied_at`, an emptied status, an application that
+//! moves twice. After quick syncs plus a reconcile, the warehouse is the emulator's truth.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use creator_etl::api::models::ApplicationStatus;
+use creator_etl::emulator::{EmulatorConfig, MAIN_ORG};
+use serde_json::Value;
+
+use crate::util::*;
+
+fn sync(emu: &TestEmu, out: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["run", "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let o = run_bin(out.parent().unwrap(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+    assert_exit(&args, &o, 0);
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn db(out: &Path) -> duckdb::Connection {
+    duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap()
+}
+
+/// id → (status, total monthly posts), as the warehouse has them.
+fn warehouse(out: &Path) -> BTreeMap<i64, (String, i64)> {
+    let c = db(out);
+    let mut stmt = c.prepare("SELECT id, status, total_monthly_posts FROM applications").unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?)))).unwrap().map(Result::unwrap).collect()
+}
+
+/// The same, as the emulator serves them.
+fn truth(emu: &TestEmu) -> BTreeMap<i64, (String, i64)> {
+    emu.state
+        .applications(MAIN_ORG)
+        .into_iter()
+        .map(|a| {
+            let posts = a.connected_accounts.iter().map(|c| c.monthly_post_count).sum();
+            (a.id, (a.status.to_string(), posts))
+        })
+        .collect()
+}
+
+fn statuses(m: &BTreeMap<i64, (String, i64)>) -> BTreeMap<i64, String> {
+    m.iter().map(|(id, (s, _))| (*id, s.clone())).collect()
+}
+
+fn list_requests(report: &Value) -> u64 {
+    report["extract"]["requests"]["requests"]["list_applications"]
+        .as_object()
+        .map_or(0, |m| m.values().map(|v| v.as_u64().unwrap()).sum())
+}
+
+/// An application of `status` at a pseudo-random position of its list.
+fn pick(emu: &TestEmu, status: &ApplicationStatus, rng: &mut fastrand::Rng) -> i64 {
+    let list: Vec<i64> =
+        emu.state.applications(MAIN_ORG).into_iter().filter(|a| a.status == *status).map(|a| a.id).collect();
+    list[rng.usize(0..list.len())]
+}
+
+fn config(applications: usize) -> EmulatorConfig {
+    let mut cfg = EmulatorConfig::for_tests(applications);
+    cfg.data.seed = 14;
+    cfg
+}
+
+#[test]
+fn an_unchanged_service_costs_one_request_per_status_and_the_content_window() {
+    let emu = TestEmu::start(config(3_000));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let full = sync(&emu, &out, &[]);
+    assert_eq!(full["extract"]["sync"]["mode"], "full", "{}", full["extract"]["sync"]);
+    assert!(full["extract"]["sync"]["reason"].as_str().unwrap().contains("no earlier sync"));
+    let quick = sync(&emu, &out, &[]);
+    let s = &quick["extract"]["sync"];
+    assert_eq!(s["requested"], "auto");
+    assert_eq!(s["mode"], "quick", "{s}");
+    assert_eq!(s["pages_verified"], 6);
+    assert_eq!(s["counts_agree"], true);
+    assert_eq!(quick["extract"]["requests"]["requests_total"], 7, "six first pages and one content window");
+    assert_eq!(s["base_run"], full["extract"]["run_id"]);
+    assert_eq!(warehouse(&out), truth(&emu));
+
+    // The ledger says what each run verified, in columns a query reads.
+    let c = db(&out);
+    let row: (String, i64, bool, bool) = c
+        .query_row(
+            "SELECT sync_mode, pages_verified, counts_agree, last_reconcile_at = \
+             (SELECT finished_at FROM runs WHERE sync_mode = 'full') FROM runs WHERE run_id = ?",
+            [quick["extract"]["run_id"].as_str().unwrap()],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert_eq!(row, ("quick".into(), 6, true, true));
+}
+
+/// Status changes at random positions, always from an earlier status to a later one in a fixed
+/// order (so none can cancel another in the counts), plus new applications: each quick sync
+/// alone finds them all, with the history's time of sight.
+#[test]
+fn quick_syncs_find_new_applications_and_status_changes() {
+    let emu = TestEmu::start(config(4_000));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let full = sync(&emu, &out, &["--sync", "full"]);
+    let full_requests = list_requests(&full);
+    let order = ApplicationStatus::KNOWN;
+    let mut rng = fastrand::Rng::with_seed(7);
+    for k in [1usize, 5, 20] {
+        let mut moved = vec![];
+        for _ in 0..k {
+            let (a, b) = (rng.usize(0..order.len()), rng.usize(0..order.len()));
+            let (from, to) = (a.min(b), a.max(b));
+            if from == to {
+                continue;
+            }
+            let id = pick(&emu, &order[from], &mut rng);
+            emu.state.set_application_status(id, order[to].clone());
+            moved.push((id, order[to].to_string()));
+        }
+        let new = emu.state.add_application(MAIN_ORG, ApplicationStatus::Pending, Utc::now());
+        let before_sync = Utc::now();
+        let report = sync(&emu, &out, &["--sync", "quick"]);
+        let s = &report["extract"]["sync"];
+        assert_eq!(s["mode"], "quick");
+        assert_eq!(s["counts_agree"], true, "{s}");
+        assert!(s["read_in_full"].as_object().unwrap().is_empty(), "{s}");
+        assert_eq!(warehouse(&out), truth(&emu), "k = {k}");
+        assert!(list_requests(&report) <= full_requests, "k = {k}: quick never costs more than full");
+        // Each change is in the history, seen by this sync.
+        let c = db(&out);
+        for (id, status) in moved.iter().chain([&(new, "pending".to_owned())]) {
+            let (st, from): (String, i64) = c
+                .query_row(
+                    "SELECT status, epoch_us(valid_from) FROM application_status_history WHERE id = ? AND valid_to IS NULL",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .unwrap();
+            assert_eq!(&st, status);
+            assert!(from >= before_sync.timestamp_micros(), "application {id}: seen by this sync");
+        }
+    }
+}
+
+/// Ties in `applied_at`, an emptied status and an application that moves twice are found by a
+/// quick sync; a field edit on a deep page and a swap that cancels in both counts wait for the
+/// reconcile, and nothing is lost meanwhile.
+#[test]
+fn what_quick_cannot_see_waits_for_the_reconcile_and_nothing_is_lost() {
+    let emu = TestEmu::start(config(3_000));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    sync(&emu, &out, &[]);
+    let apps = emu.state.applications(MAIN_ORG);
+    let mut rng = fastrand::Rng::with_seed(3);
+    // Ties: three new applications at the exact `applied_at` of an application deep in its list.
+    let deep = &apps[apps.len() - 40];
+    for _ in 0..3 {
+        emu.state.add_application(MAIN_ORG, deep.status.clone(), deep.applied_at);
+    }
+    // An emptied status.
+    for a in apps.iter().filter(|a| a.status == ApplicationStatus::Canceled) {
+        emu.state.set_application_status(a.id, ApplicationStatus::Rejected);
+    }
+    // Moves twice: pending → accepted → pending_payment.
+    let twice = pick(&emu, &ApplicationStatus::Pending, &mut rng);
+    emu.state.set_application_status(twice, ApplicationStatus::Accepted);
+    emu.state.set_application_status(twice, ApplicationStatus::PendingPayment);
+    // A field edit on a deep page, and a swap between accepted and rejected that cancels.
+    let edited = apps[apps.len() - 10].id;
+    let old_posts = truth(&emu)[&edited].1;
+    emu.state.set_post_count(edited, old_posts + 1000);
+    let a = pick(&emu, &ApplicationStatus::Accepted, &mut rng);
+    let r = pick(&emu, &ApplicationStatus::Rejected, &mut rng);
+    emu.state.set_application_status(a, ApplicationStatus::Rejected);
+    emu.state.set_application_status(r, ApplicationStatus::Accepted);
+
+    let quick = sync(&emu, &out, &["--sync", "quick"]);
+    let s = &quick["extract"]["sync"];
+    assert_eq!((s["mode"].as_str(), s["counts_agree"].as_bool()), (Some("quick"), Some(true)), "{s}");
+    let got = warehouse(&out);
+    let want = truth(&emu);
+    // Nothing lost or invented, and every status's count is the service's.
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    let count = |m: &BTreeMap<i64, (String, i64)>, st: &str| m.values().filter(|(s, _)| s == st).count();
+    for st in ApplicationStatus::KNOWN {
+        assert_eq!(count(&got, st.as_str()), count(&want, st.as_str()), "`{st}`");
+    }
+    // Found: the ties, the emptied status, the double move.
+    let differ: Vec<i64> =
+        statuses(&got).iter().filter(|(id, s)| statuses(&want)[id] != **s).map(|(id, _)| *id).collect();
+    assert!(differ.iter().all(|id| *id == a || *id == r), "only the cancelling swap may differ: {differ:?}");
+    assert_eq!(got[&twice].0, "pending_payment");
+    assert_eq!(count(&got, "canceled"), 0);
+    // Not verified: the deep edit keeps its old value until the reconcile.
+    assert_eq!(got[&edited].1, old_posts);
+
+    let full = sync(&emu, &out, &["--sync", "full"]);
+    assert_eq!(full["extract"]["sync"]["mode"], "full");
+    assert_eq!(warehouse(&out), truth(&emu));
+}
+
+#[test]
+fn auto_is_quick_within_reconcile_every_and_full_after_it() {
+    let emu = TestEmu::start(config(500));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    // `--sync quick` with nothing to compare with reads everything, and says why.
+    let first = sync(&emu, &out, &["--sync", "quick"]);
+    assert_eq!(first["extract"]["sync"]["mode"], "full");
+    let second = sync(&emu, &out, &[]);
+    assert_eq!(second["extract"]["sync"]["mode"], "quick", "{}", second["extract"]["sync"]);
+    let reconciled: DateTime<Utc> =
+        serde_json::from_value(second["extract"]["sync"]["last_reconcile_at"].clone()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let third = sync(&emu, &out, &["--reconcile-every", "1s"]);
+    assert_eq!(third["extract"]["sync"]["mode"], "full");
+    assert!(third["extract"]["sync"]["reason"].as_str().unwrap().contains("--reconcile-every"));
+    let fourth = sync(&emu, &out, &["--reconcile-every", "1h"]);
+    let newer: DateTime<Utc> = serde_json::from_value(fourth["extract"]["sync"]["last_reconcile_at"].clone()).unwrap();
+    assert_eq!(fourth["extract"]["sync"]["mode"], "quick");
+    assert!(newer > reconciled, "the third run is the new reconcile");
+    // Another scope has no snapshot of its own: a full sync.
+    let scoped = sync(&emu, &out, &["--statuses", "pending"]);
+    assert_eq!(scoped["extract"]["sync"]["mode"], "full");
+}
+
+#[test]
+fn a_quick_run_loads_only_on_the_state_it_was_located_against() {
+    let emu = TestEmu::start(config(300));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    sync(&emu, &out, &[]);
+    let args = ["extract", "--sync", "quick", "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
+    let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+    assert_exit(&args, &o, 0);
+    let quick: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(quick["sync"]["mode"], "quick");
+    sync(&emu, &out, &["--sync", "full"]);
+    let run_id = quick["run_id"].as_str().unwrap();
+    let args = ["load", "--from-raw", run_id, "--out", out.to_str().unwrap()];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 2);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--sync full") && err.contains(run_id), "{err}");
+    assert_eq!(warehouse(&out), truth(&emu), "the warehouse keeps the full sync");
+}
+
+#[test]
+fn bad_sync_flags_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flags, says) in [
+        (["--sync", "sometimes"], "quick, full, auto"),
+        (["--reconcile-every", "daily"], "--reconcile-every"),
+    ] {
+        let mut args = vec!["run", "--base-url", "http://127.0.0.1:9/v1"];
+        args.extend_from_slice(&flags);
+        let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+        assert_exit(&args, &o, 2);
+        assert!(String::from_utf8_lossy(&o.stderr).contains(says), "{}", show(&args, &o));
+    }
+}
