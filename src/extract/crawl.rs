@@ -131,8 +131,13 @@ impl Crawl<'_> {
     /// Fetches and lands pages of one pass, up to `concurrency` at once, in any order.
     pub async fn pages(&mut self, wanted: Vec<(ApplicationStatus, u64)>, pass: u32) -> Result<(), ExtractError> {
         let client = self.client.clone();
-        let queries: Vec<(ApplicationStatus, u64, ApplicationsQuery)> =
-            wanted.into_iter().map(|(s, p)| { let q = self.query(&s, p); (s, p, q) }).collect();
+        let queries: Vec<(ApplicationStatus, u64, ApplicationsQuery)> = wanted
+            .into_iter()
+            .map(|(s, p)| {
+                let q = self.query(&s, p);
+                (s, p, q)
+            })
+            .collect();
         let mut pages = futures_util::stream::iter(queries)
             .map(|(s, p, q)| {
                 let client = client.clone();

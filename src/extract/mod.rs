@@ -216,20 +216,25 @@ pub fn choose_mode(config: &ExtractConfig, snapshot: Option<&Snapshot>, now: Dat
     let every = humantime_ish(config.reconcile_every);
     match (config.sync, snapshot) {
         (SyncMode::Full, _) => (false, "`--sync full`".into()),
-        (_, None) => (
-            false,
-            "the warehouse holds no earlier sync of these statuses and campaign to compare with".into(),
-        ),
+        (_, None) => {
+            (false, "the warehouse holds no earlier sync of these statuses and campaign to compare with".into())
+        }
         (SyncMode::Quick, Some(_)) => (true, "`--sync quick`".into()),
         (SyncMode::Auto, Some(s)) => match s.last_reconcile {
             None => (false, "no full sync of these statuses and campaign yet".into()),
             Some(t) if now.signed_duration_since(t).to_std().unwrap_or_default() >= config.reconcile_every => (
                 false,
-                format!("the last full sync finished at {}, {every} or more ago (`--reconcile-every`)", t.format("%Y-%m-%d %H:%M:%SZ")),
+                format!(
+                    "the last full sync finished at {}, {every} or more ago (`--reconcile-every`)",
+                    t.format("%Y-%m-%d %H:%M:%SZ")
+                ),
             ),
             Some(t) => (
                 true,
-                format!("the last full sync finished at {}, within {every} (`--reconcile-every`)", t.format("%Y-%m-%d %H:%M:%SZ")),
+                format!(
+                    "the last full sync finished at {}, within {every} (`--reconcile-every`)",
+                    t.format("%Y-%m-%d %H:%M:%SZ")
+                ),
             ),
         },
     }

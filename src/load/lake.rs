@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::kernel::transaction::TransactionError;
-use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::operations::write::SchemaMode;
+use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, DeltaTableError};
 use serde::Serialize;

@@ -379,8 +379,7 @@ pub fn load_extracted(
                 latest: latest.unwrap_or_else(|| "none".into()),
             });
         }
-        let kept: Vec<String> =
-            quick.located.values().flat_map(|l| l.kept.iter().map(|id| id.to_string())).collect();
+        let kept: Vec<String> = quick.located.values().flat_map(|l| l.kept.iter().map(|id| id.to_string())).collect();
         if !kept.is_empty() {
             let have: std::collections::HashSet<i64> = apps.iter().map(|o| o.app.id).collect();
             let rows = warehouse::applications_where(&conn, &format!("id IN ({})", kept.join(",")))?;

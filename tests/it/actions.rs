@@ -349,7 +349,8 @@ fn a_killed_apply_reruns_to_each_row_exactly_once() {
         ]);
         // Kill at a random point after the first write: how long the process takes to get
         // there depends on the machine's load, so waiting a fixed time can miss the apply.
-        let sent = || sales.iter().map(|s| writes_to(&emu, &s.to_string()).len() - before[&s.to_string()]).sum::<usize>();
+        let sent =
+            || sales.iter().map(|s| writes_to(&emu, &s.to_string()).len() - before[&s.to_string()]).sum::<usize>();
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while sent() == 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));

@@ -426,3 +426,35 @@ fn openlineage_events_reach_an_http_endpoint() {
 }
 
 const SOME_FAILED: i32 = creator_etl::fleet::run::SOME_FAILED as i32;
+
+/// `--sync` reaches every organization: a second fleet run compares each organization with its
+/// own warehouse (7 requests when nothing changed), and finds one organization's change.
+#[test]
+fn a_fleet_syncs_quickly_per_organization() {
+    let emu = fleet_emulator(2, 800, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["one", "two"], "");
+    let keys = key_env(2);
+    let args = ["run", "--config", file.to_str().unwrap()];
+    let first = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &first, 0);
+    assert!(by_name(&report(&first)).values().all(|o| o["sync"] == "full"));
+
+    let moved = emu.state.applications(numbered_org(1)).iter().find(|a| a.status.as_str() == "accepted").unwrap().id;
+    emu.state.set_application_status(moved, creator_etl::api::models::ApplicationStatus::Rejected);
+    let second = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &second, 0);
+    let orgs = by_name(&report(&second));
+    assert!(orgs.values().all(|o| o["sync"] == "quick"), "{orgs:?}");
+    assert_eq!(orgs["two"]["requests"], 7, "six first pages and one content window");
+    let c = duckdb::Connection::open(dir.path().join("out/orgs/one/warehouse.duckdb")).unwrap();
+    let status: String = c.query_row("SELECT status FROM applications WHERE id = ?", [moved], |r| r.get(0)).unwrap();
+    assert_eq!(status, "rejected");
+    assert_eq!(warehouse_ids(dir.path(), "one"), truth_ids(&emu, 1));
+
+    let full = ["run", "--config", file.to_str().unwrap(), "--sync", "full"];
+    let third = fleet(dir.path(), &emu, &full, &keys);
+    assert_exit(&full, &third, 0);
+    assert!(by_name(&report(&third)).values().all(|o| o["sync"] == "full"));
+    assert!(String::from_utf8_lossy(&third.stderr).contains(" full "), "the summary shows the mode");
+}

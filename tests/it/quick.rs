@@ -254,10 +254,9 @@ fn a_quick_run_loads_only_on_the_state_it_was_located_against() {
 #[test]
 fn bad_sync_flags_are_usage_errors() {
     let dir = tempfile::tempdir().unwrap();
-    for (flags, says) in [
-        (["--sync", "sometimes"], "quick, full, auto"),
-        (["--reconcile-every", "daily"], "--reconcile-every"),
-    ] {
+    for (flags, says) in
+        [(["--sync", "sometimes"], "quick, full, auto"), (["--reconcile-every", "daily"], "--reconcile-every")]
+    {
         let mut args = vec!["run", "--base-url", "http://127.0.0.1:9/v1"];
         args.extend_from_slice(&flags);
         let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
