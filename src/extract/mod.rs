@@ -244,8 +244,8 @@ pub fn choose_mode(config: &ExtractConfig, snapshot: Option<&Snapshot>, now: Dat
 fn humantime_ish(d: Duration) -> String {
     let s = d.as_secs();
     match s {
-        _ if s % 3600 == 0 && s > 0 => format!("{}h", s / 3600),
-        _ if s % 60 == 0 && s > 0 => format!("{}m", s / 60),
+        _ if s.is_multiple_of(3600) && s > 0 => format!("{}h", s / 3600),
+        _ if s.is_multiple_of(60) && s > 0 => format!("{}m", s / 60),
         _ => format!("{s}s"),
     }
 }

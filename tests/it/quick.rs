@@ -96,6 +96,17 @@ fn an_unchanged_service_costs_one_request_per_status_and_the_content_window() {
         )
         .unwrap();
     assert_eq!(row, ("quick".into(), 6, true, true));
+
+    // New applications only, more than a page of them: read from the top pages, nothing else.
+    let now = Utc::now();
+    for i in 0..150 {
+        emu.state.add_application(MAIN_ORG, ApplicationStatus::Pending, now + chrono::Duration::seconds(i));
+    }
+    let quick = sync(&emu, &out, &["--sync", "quick"]);
+    let s = &quick["extract"]["sync"];
+    assert_eq!((s["entered"].as_u64(), s["left"].as_u64()), (Some(150), Some(0)), "{s}");
+    assert!(s["pages_verified"].as_u64().unwrap() <= 10, "{s}");
+    assert_eq!(warehouse(&out), truth(&emu));
 }
 
 /// Status changes at random positions, always from an earlier status to a later one in a fixed
