@@ -458,3 +458,57 @@ fn a_fleet_syncs_quickly_per_organization() {
     assert!(by_name(&report(&third)).values().all(|o| o["sync"] == "full"));
     assert!(String::from_utf8_lossy(&third.stderr).contains(" full "), "the summary shows the mode");
 }
+
+/// A quick sync stopped by its request budget keeps its pages and resumes on the same snapshot:
+/// the next run completes it without asking a page twice, and the warehouse is the truth.
+#[test]
+fn a_quick_sync_stopped_by_its_budget_resumes_on_the_same_snapshot() {
+    let emu = fleet_emulator(1, 3000, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["one"], "");
+    let keys = key_env(1);
+    let args = ["run", "--config", file.to_str().unwrap()];
+    assert_exit(&args, &fleet(dir.path(), &emu, &args, &keys), 0);
+
+    let apps = emu.state.applications(numbered_org(1));
+    let mut rng = fastrand::Rng::with_seed(11);
+    for _ in 0..3 {
+        let a = apps.iter().filter(|a| a.status.as_str() == "accepted").nth(rng.usize(0..500)).unwrap();
+        emu.state.set_application_status(a.id, creator_etl::api::models::ApplicationStatus::Canceled);
+    }
+    let lists = || emu.state.requests().iter().filter(|r| r.route == "GET /campaign_applications").count();
+    let before = lists();
+    let budget = ["run", "--config", file.to_str().unwrap(), "--max-requests-per-org", "8"];
+    let stopped = fleet(dir.path(), &emu, &budget, &keys);
+    assert_exit(&budget, &stopped, 0);
+    let org = &by_name(&report(&stopped))["one"];
+    assert_eq!(org["outcome"], "incomplete", "{org}");
+    assert_eq!(org["resumable"], true);
+
+    let resumed = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &resumed, 0);
+    let org = &by_name(&report(&resumed))["one"];
+    assert_eq!((org["outcome"].as_str(), org["sync"].as_str()), (Some("completed"), Some("quick")), "{org}");
+    let c = duckdb::Connection::open(dir.path().join("out/orgs/one/warehouse.duckdb")).unwrap();
+    let mut st = c.prepare("SELECT id, status FROM applications").unwrap();
+    let got: BTreeMap<i64, String> =
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect();
+    let want: BTreeMap<i64, String> =
+        emu.state.applications(numbered_org(1)).iter().map(|a| (a.id, a.status.to_string())).collect();
+    assert_eq!(got, want);
+    // Every page asked once over both runs: the resumed run reused the stopped one's pages.
+    let pages: Vec<String> = emu.state.requests()[..]
+        .iter()
+        .filter(|r| r.route == "GET /campaign_applications")
+        .skip(before)
+        .map(|r| r.query.clone())
+        .collect();
+    let distinct: BTreeSet<&String> = pages.iter().collect();
+    assert_eq!(distinct.len(), pages.len(), "no page asked twice: {pages:?}");
+    let mut per_status: BTreeMap<String, usize> = BTreeMap::new();
+    for a in emu.state.applications(numbered_org(1)) {
+        *per_status.entry(a.status.to_string()).or_default() += 1;
+    }
+    let full: usize = per_status.values().map(|n| n.div_ceil(100)).sum();
+    assert!(pages.len() < full, "a quick sync ({} pages), not a full one ({full})", pages.len());
+}
