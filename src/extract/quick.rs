@@ -554,46 +554,34 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(48))]
+        #![proptest_config(ProptestConfig::with_cases(96))]
 
-        /// Without cycles, a quick sync finds exactly the service's lists, never spends more
-        /// than a full crawl, and every status's count agrees.
-        #[test]
-        fn acyclic_changes_are_all_found(
-            n in 0i64..1_500,
-            distinct in prop_oneof![Just(20i64), Just(2_000i64)],
-            seed in any::<u64>(),
-            salt in any::<u64>(),
-            changes in proptest::collection::vec(change(), 0..25),
-        ) {
-            let before = world(n, distinct, seed);
-            let mut truth = before.clone();
-            apply(&mut truth, &changes, true);
-            let out = simulate(&snapshot_of(&before), &truth, true, salt);
-            prop_assert_eq!(&out.membership, &ids(&truth));
-            prop_assert!(out.requests <= out.full_requests, "{} > {}", out.requests, out.full_requests);
-        }
-
-        /// With any changes, nothing is lost or invented, and every count agrees; what a cycle
+        /// With any changes, nothing is lost or invented, every count agrees, and a quick sync
+        /// never spends more than a full crawl. Without cycles of status changes (moves only
+        /// from a status to a later one), it finds exactly the service's lists: what a cycle
         /// hides is the reconcile's to find.
         #[test]
-        fn any_changes_lose_nothing(
+        fn quick_syncs_lose_nothing_and_find_every_change_without_cycles(
             n in 0i64..1_500,
             distinct in prop_oneof![Just(20i64), Just(2_000i64)],
             seed in any::<u64>(),
             salt in any::<u64>(),
+            acyclic in any::<bool>(),
             changes in proptest::collection::vec(change(), 0..25),
         ) {
             let before = world(n, distinct, seed);
             let mut truth = before.clone();
-            apply(&mut truth, &changes, false);
+            apply(&mut truth, &changes, acyclic);
             let out = simulate(&snapshot_of(&before), &truth, true, salt);
             let all = |m: &BTreeMap<String, BTreeSet<i64>>| m.values().flatten().copied().collect::<BTreeSet<i64>>();
             prop_assert_eq!(all(&out.membership), all(&ids(&truth)));
             for (s, m) in &out.membership {
                 prop_assert_eq!(m.len(), truth[s].len());
             }
-            prop_assert!(out.requests <= out.full_requests);
+            prop_assert!(out.requests <= out.full_requests, "{} > {}", out.requests, out.full_requests);
+            if acyclic {
+                prop_assert_eq!(&out.membership, &ids(&truth));
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use creator_etl::api::models::ApplicationStatus;
-use creator_etl::emulator::{EmulatorConfig, MAIN_ORG};
+use creator_etl::emulator::{DriftEvent, EmulatorConfig, MAIN_ORG};
 use serde_json::Value;
 
 use crate::util::*;
@@ -273,5 +273,43 @@ fn bad_sync_flags_are_usage_errors() {
         let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
         assert_exit(&args, &o, 2);
         assert!(String::from_utf8_lossy(&o.stderr).contains(says), "{}", show(&args, &o));
+    }
+}
+
+/// The lists change while a quick sync reads them (the emulator's `--drift`): it completes,
+/// loses no application, and every application the drift left alone has its status.
+#[test]
+fn a_quick_sync_under_drift_completes_and_loses_nothing() {
+    let mut cfg = config(2_000);
+    let emu = TestEmu::start(cfg.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    sync(&emu, &out, &[]);
+    drop(emu);
+    // The same data, now drifting on every page request.
+    cfg.drift = true;
+    let emu = TestEmu::start(cfg);
+    let before: Vec<i64> = truth(&emu).into_keys().collect();
+    let quick = sync(&emu, &out, &["--sync", "quick"]);
+    let s = &quick["extract"]["sync"];
+    assert_eq!(s["mode"], "quick", "{s}");
+    let got = warehouse(&out);
+    assert!(before.iter().all(|id| got.contains_key(id)), "no application lost");
+    // Every application the drift did not touch has its status; a moved one has either.
+    let mut touched = std::collections::HashMap::new();
+    for e in emu.state.drift_events() {
+        match e {
+            DriftEvent::Moved { id, from, to } => touched.insert(id, vec![from.to_string(), to.to_string()]),
+            DriftEvent::Inserted { id } => touched.insert(id, vec![]),
+        };
+    }
+    assert!(!touched.is_empty(), "the lists drifted");
+    for (id, (status, _)) in truth(&emu) {
+        match (touched.get(&id), got.get(&id)) {
+            (None, Some((s, _))) => assert_eq!(s, &status, "application {id} kept its status"),
+            (None, None) => panic!("application {id} is missing"),
+            (Some(either), Some((s, _))) if !either.is_empty() => assert!(either.contains(s), "{id}: {s}"),
+            _ => {}
+        }
     }
 }
