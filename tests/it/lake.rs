@@ -236,3 +236,44 @@ fn lake_flags_are_validated() {
         assert!(String::from_utf8_lossy(&o.stderr).contains(want), "{}", show(&args, &o));
     }
 }
+
+/// A lake written before quick sync has a `runs` table without its columns: the next commit
+/// adds them (schema merge), and the earlier rows read with them empty.
+#[test]
+fn a_lake_of_an_earlier_version_takes_the_new_runs_columns() {
+    const DROP: &str = r#"
+import sys, os
+from deltalake import DeltaTable, write_deltalake
+path, cols = sys.argv[1], sys.argv[2].split(",")
+t = DeltaTable(path).to_pyarrow_table().drop_columns(cols)
+write_deltalake(path, t, mode="overwrite", schema_mode="overwrite", partition_by=["organization"])
+os._exit(0)
+"#;
+    const READ: &str = r#"
+import sys, os, json
+from deltalake import DeltaTable
+t = DeltaTable(sys.argv[1]).to_pyarrow_table(columns=["organization", "sync_mode"])
+print(json.dumps(sorted(set(zip(t.column("organization").to_pylist(), t.column("sync_mode").to_pylist())), key=str)), flush=True)
+os._exit(0)
+"#;
+    let emu = TestEmu::start(EmulatorConfig::for_tests(60));
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let runs = dir.path().join("lake/runs");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    extract(&emu, &a);
+    extract(&emu, &b);
+    let o = spawn_load(&a, &lake, "earlier", &[]).wait_with_output().unwrap();
+    assert_exit(&[], &o, 0);
+    let python = crate::demo::notebook_python();
+    let cols = "sync_mode,sync_scope,pages_verified,last_reconcile_at,counts_agree";
+    let o = Command::new(&python).args(["-c", DROP, runs.to_str().unwrap(), cols]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let o = spawn_load(&b, &lake, "later", &[]).wait_with_output().unwrap();
+    assert_exit(&[], &o, 0);
+    let o = Command::new(&python).args(["-c", READ, runs.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got: Vec<(String, Option<String>)> = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(got, vec![("earlier".to_owned(), None), ("later".to_owned(), Some("full".to_owned()))]);
+}
