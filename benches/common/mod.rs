@@ -121,7 +121,7 @@ impl Input {
                 from: self.start,
                 to: self.today,
                 window_days: 90,
-                sync: "full".into(),
+                sync: creator_etl::extract::SyncMode::Full,
                 base_run: None,
             },
             applications: if take { std::mem::take(&mut self.apps) } else { self.apps.clone() },

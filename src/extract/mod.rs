@@ -156,23 +156,23 @@ pub struct RunSpec {
     pub window_days: u32,
     /// `quick` or `full` (runs before quick sync existed were full).
     #[serde(default = "full_mode")]
-    pub sync: String,
+    pub sync: SyncMode,
     /// A quick run's snapshot: the run whose load the warehouse held.
     #[serde(default)]
     pub base_run: Option<String>,
 }
 
-fn full_mode() -> String {
-    "full".to_owned()
+fn full_mode() -> SyncMode {
+    SyncMode::Full
 }
 
 /// What a sync read and what it verified: the report's `sync`, and columns of `runs`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SyncSummary {
     /// `--sync`: `auto`, `quick` or `full`.
-    pub requested: String,
+    pub requested: SyncMode,
     /// `quick` or `full` (a reconcile).
-    pub mode: String,
+    pub mode: SyncMode,
     /// Why this mode.
     pub reason: String,
     /// A quick sync's snapshot: the run whose load the warehouse held.
@@ -466,12 +466,12 @@ pub async fn run(
     let resumed = if config.fresh { None } else { find_resumable(config, &base_url) };
     // An unfinished quick run continues only on the same snapshot; an unfinished full run
     // continues as it began, unless this run asks for quick.
-    let resumed = resumed.filter(|spec| match spec.sync.as_str() {
-        "quick" => quick && snapshot.map(|s| &s.base_run) == spec.base_run.as_ref(),
+    let resumed = resumed.filter(|spec| match spec.sync {
+        SyncMode::Quick => quick && snapshot.map(|s| &s.base_run) == spec.base_run.as_ref(),
         _ => config.sync != SyncMode::Quick || !quick,
     });
     if let Some(spec) = &resumed {
-        if spec.sync != "quick" && quick {
+        if spec.sync != SyncMode::Quick && quick {
             (quick, reason) = (false, "continuing an unfinished full sync".into());
         }
     }
@@ -489,7 +489,7 @@ pub async fn run(
                 from,
                 to,
                 window_days: config.window_days,
-                sync: if quick { "quick" } else { "full" }.to_owned(),
+                sync: if quick { SyncMode::Quick } else { SyncMode::Full },
                 base_run: snapshot.filter(|_| quick).map(|s| s.base_run.clone()),
             }
         }
@@ -541,7 +541,7 @@ pub async fn run(
         if quick && config.sync == SyncMode::Auto {
             if let Some(why) = snapshot.and_then(|snap| too_many_changes(config, snap, crawl.landing)) {
                 (quick, reason) = (false, why);
-                spec.sync = "full".into();
+                spec.sync = SyncMode::Full;
                 spec.base_run = None;
                 write_json_atomic(&dir.join("run.json"), &spec)?;
             }
@@ -722,11 +722,11 @@ fn sync_summary(
     located: &BTreeMap<String, quick::Located>,
     read_in_full: BTreeMap<String, String>,
 ) -> SyncSummary {
-    let quick = spec.sync == "quick";
+    let quick = spec.sync == SyncMode::Quick;
     let sum = |f: fn(&quick::Located) -> usize| located.values().map(|l| f(l) as u64).sum::<u64>();
     SyncSummary {
-        requested: config.sync.to_string(),
-        mode: spec.sync.clone(),
+        requested: config.sync,
+        mode: spec.sync,
         reason,
         base_run: spec.base_run.clone(),
         last_reconcile_at: snapshot.filter(|_| quick).and_then(|s| s.last_reconcile),

@@ -83,7 +83,7 @@ pub struct OrgReport {
     /// Applications the extract saw (completed syncs).
     pub applications: u64,
     /// `quick` or `full` (completed syncs; see `--sync`).
-    pub sync: Option<String>,
+    pub sync: Option<crate::extract::SyncMode>,
     /// Rows loaded per table (completed syncs).
     pub rows: BTreeMap<String, u64>,
     pub requests: u64,
@@ -131,7 +131,7 @@ impl FleetReport {
                 "{:<24} {:<11} {:<5} {:>9} {:>8} {:>5} {:>9.1} {:>9.1}  {}\n",
                 o.name,
                 o.outcome.as_str(),
-                o.sync.as_deref().unwrap_or("-"),
+                o.sync.map_or("-", |m| m.as_str()),
                 o.applications,
                 o.requests,
                 o.rate_limited,
@@ -353,7 +353,7 @@ async fn run_org(
         Ok(run) => {
             report.run_id = Some(run.extract.run_id.clone());
             report.applications = run.extract.applications_total;
-            report.sync = Some(run.extract.sync.mode.clone());
+            report.sync = Some(run.extract.sync.mode);
             report.rows = run.load.rows.clone();
             // The data is loaded; a stop or a failure can only have come in the actions.
             run.actions
