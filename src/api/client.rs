@@ -603,8 +603,7 @@ impl Client {
             let sent = body.as_ref().map_or(0, Vec::len);
             let failure = match outcome {
                 Err(e) => {
-                    inner.pacer.unanswered(&dispatch);
-                    if endpoint.class() == RequestClass::MarkPayout {
+                    if inner.pacer.unanswered(&dispatch) {
                         self.remember();
                     }
                     inner.metrics.response(endpoint.name(), None, sent, 0);
@@ -618,8 +617,7 @@ impl Client {
                     }
                 }
                 Ok(Answer { status, headers, raw, cut, headers_at }) => {
-                    inner.pacer.answered(&dispatch, endpoint.name(), headers_at - dispatch.at);
-                    if endpoint.class() == RequestClass::MarkPayout {
+                    if inner.pacer.answered(&dispatch, endpoint.name(), headers_at - dispatch.at) {
                         // The next process counts mark spacing from this answer.
                         self.remember();
                     }

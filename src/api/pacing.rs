@@ -394,12 +394,13 @@ impl Pacer {
     /// answer allows it to go sooner.
     ///
     /// A payout mark's spacing counts from its answer instead of its dispatch: the service saw
-    /// it at some moment in between, so the next mark is 2 s after it whatever the delays.
-    pub fn answered(&self, dispatch: &Dispatch, endpoint: &'static str, rtt: Duration) {
+    /// it at some moment in between, so the next mark is 2 s after it whatever the delays. True
+    /// when that moved the [`memory`](Pacer::memory), which a caller that keeps it saves again.
+    pub fn answered(&self, dispatch: &Dispatch, endpoint: &'static str, rtt: Duration) -> bool {
         let mut st = self.lock();
-        Self::mark_seen_by(&mut st, dispatch, dispatch.at + rtt);
+        let moved = Self::mark_seen_by(&mut st, dispatch, dispatch.at + rtt);
         if self.config.min_interval.is_zero() {
-            return;
+            return moved;
         }
         // An endpoint's first answer is compared with the fastest of any endpoint, and the very
         // first answer with nothing: it may have waited for a connection to be set up.
@@ -414,13 +415,15 @@ impl Pacer {
             drop(st);
             self.answers.notify_waiters();
         }
+        moved
     }
 
     /// The request dispatched at `dispatch` got no answer (a transport error): it may have
-    /// arrived at any time, so the next one keeps the largest extra.
-    pub fn unanswered(&self, dispatch: &Dispatch) {
+    /// arrived at any time, so the next one keeps the largest extra. True as for
+    /// [`answered`](Pacer::answered).
+    pub fn unanswered(&self, dispatch: &Dispatch) -> bool {
         let mut st = self.lock();
-        Self::mark_seen_by(&mut st, dispatch, Instant::now());
+        let moved = Self::mark_seen_by(&mut st, dispatch, Instant::now());
         if st.last_dispatch == Some(dispatch.at) {
             st.extra = if self.config.wait_for_answers {
                 // It arrived, if at all, before now.
@@ -430,14 +433,18 @@ impl Pacer {
             };
             st.pending = false;
         }
+        moved
     }
 
-    /// When `dispatch` was the latest payout mark, the service had it by `by` at the latest.
-    fn mark_seen_by(st: &mut State, dispatch: &Dispatch, by: Instant) {
-        if st.last_mark_dispatch == Some(dispatch.at) {
+    /// When `dispatch` was the latest payout mark, the service had it by `by` at the latest;
+    /// true when so.
+    fn mark_seen_by(st: &mut State, dispatch: &Dispatch, by: Instant) -> bool {
+        let latest = st.last_mark_dispatch == Some(dispatch.at);
+        if latest {
             st.last_mark_dispatch = Some(by);
             st.last_mark = st.last_mark.max(Some(by));
         }
+        latest
     }
 
     /// The service refused the request of `dispatch` with a 429: it did not count it, so it
