@@ -142,14 +142,14 @@ pub async fn pipeline(
     let writable = load_config.out.clone();
     let checked_actions = actions.clone();
     let held = permit().await;
-    let wanted = snapshot_wanted(config);
+    let extract_config = config.clone();
     let snapshot = blocking("preflight", move || -> Result<_, Error> {
         match &checked_actions {
             // The journal lives in the writer's warehouse: opening it checks both.
             Some((config, reviewed)) => crate::action::preflight(config, reviewed)?,
             None => crate::load::warehouse::check_writable(&writable)?,
         }
-        read_snapshot(wanted)
+        read_snapshot(&extract_config)
     })
     .await?;
     drop(held);
@@ -171,18 +171,14 @@ pub async fn pipeline(
     Ok(RunReport { extract: extracted, load: loaded, actions })
 }
 
-/// What [`read_snapshot`] needs: `None` for a full sync, which compares with nothing.
-type SnapshotRequest = Option<(crate::out::OutDir, Vec<String>, Option<i64>)>;
-
-fn snapshot_wanted(config: &ExtractConfig) -> SnapshotRequest {
-    (config.sync != SyncMode::Full)
-        .then(|| (config.out.clone(), config.statuses.iter().map(|s| s.to_string()).collect(), config.campaign_id))
-}
-
-/// The previous sync's lists from the warehouse, for a quick sync (blocking: DuckDB).
-fn read_snapshot(wanted: SnapshotRequest) -> Result<Option<crate::extract::Snapshot>, Error> {
-    let Some((out, statuses, campaign_id)) = wanted else { return Ok(None) };
-    Ok(crate::load::warehouse::snapshot(&out, &statuses, campaign_id)?)
+/// The previous sync's lists from the warehouse, for a quick sync (blocking: DuckDB); a full
+/// sync compares with nothing.
+fn read_snapshot(config: &ExtractConfig) -> Result<Option<crate::extract::Snapshot>, Error> {
+    if config.sync == SyncMode::Full {
+        return Ok(None);
+    }
+    let statuses: Vec<String> = config.statuses.iter().map(|s| s.to_string()).collect();
+    Ok(crate::load::warehouse::snapshot(&config.out, &statuses, config.campaign_id)?)
 }
 
 async fn run_all(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
@@ -304,8 +300,8 @@ async fn extract(args: &ExtractArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let (client_config, config) = validate_both(global.client_config(), args.config(global))?;
     let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("extract")?;
-    let wanted = snapshot_wanted(&config);
-    let snapshot = blocking("snapshot", move || read_snapshot(wanted)).await?;
+    let extract_config = config.clone();
+    let snapshot = blocking("snapshot", move || read_snapshot(&extract_config)).await?;
     let report = crate::extract::run(&config, &client, stop_signal(), snapshot.as_ref()).await?;
     print_json(&report)?;
     Ok(exit::OK)
