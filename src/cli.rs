@@ -237,15 +237,18 @@ pub struct SyncArgs {
 impl SyncArgs {
     /// The mode and the reconcile interval; a problem is added for a bad duration.
     fn parse(&self, problems: &mut Vec<String>) -> (SyncMode, Duration) {
-        let every = parse_duration(&self.reconcile_every).unwrap_or_else(|| {
-            problems.push(format!(
-                "`--reconcile-every` `{}` is not a duration such as `90m` or `24h`",
-                self.reconcile_every
-            ));
-            crate::extract::DEFAULT_RECONCILE_EVERY
-        });
-        (self.sync, every)
+        let every = duration_flag("--reconcile-every", &self.reconcile_every, problems);
+        (self.sync, every.unwrap_or(crate::extract::DEFAULT_RECONCILE_EVERY))
     }
+}
+
+/// A duration flag's value, or a problem naming the flag.
+fn duration_flag(flag: &str, text: &str, problems: &mut Vec<String>) -> Option<Duration> {
+    let parsed = parse_duration(text);
+    if parsed.is_none() {
+        problems.push(format!("`{flag}` `{text}` is not a duration such as `90s`, `15m` or `2h`"));
+    }
+    parsed
 }
 
 /// Parses `90`, `90s`, `15m` or `2h`.
@@ -280,13 +283,7 @@ impl FleetRunArgs {
         if self.max_requests_per_org == Some(0) {
             problems.push("`--max-requests-per-org` must be at least 1".into());
         }
-        let max_duration = self.max_duration.as_deref().and_then(|d| {
-            let parsed = parse_duration(d);
-            if parsed.is_none() {
-                problems.push(format!("`--max-duration` `{d}` is not a duration such as `90s`, `15m` or `2h`"));
-            }
-            parsed
-        });
+        let max_duration = self.max_duration.as_deref().and_then(|d| duration_flag("--max-duration", d, &mut problems));
         let lake = self.lake.as_deref().and_then(|url| checked_lake(url, None, &mut problems));
         let sync = self.sync.parse(&mut problems);
         let lineage = match (&self.openlineage_url, &self.openlineage_file) {
@@ -360,29 +357,21 @@ impl FleetRunArgs {
             }
         });
         let Some(client) = client.filter(|_| problems.is_empty()) else { return Err(problems) };
+        let defaults = ExtractConfig::defaults(out.clone());
         let extract = ExtractConfig {
-            out: out.clone(),
-            statuses: s.statuses.clone().unwrap_or_else(|| ApplicationStatus::KNOWN.to_vec()),
+            statuses: s.statuses.clone().unwrap_or(defaults.statuses.clone()),
             campaign_id: s.campaign_id,
-            concurrency: 8,
-            max_passes: 3,
-            from: None,
-            to: None,
-            window_days: 90,
-            lookback_days: s.lookback_days.map_or(7, |d| d as u32),
-            since_days: s.since_days.map_or(365, |d| d as u32),
-            plan_only: false,
-            keep_raw: None,
-            fresh: false,
-            progress_bars: false,
+            lookback_days: s.lookback_days.map_or(defaults.lookback_days, |d| d as u32),
+            since_days: s.since_days.map_or(defaults.since_days, |d| d as u32),
             sync,
             reconcile_every,
+            ..defaults
         };
         let load = LoadConfig {
             out,
             cohort_edges: self.cohort_edges.clone(),
             strict: self.strict,
-            parquet_grace: Duration::from_secs(3600),
+            parquet_grace: crate::load::DEFAULT_PARQUET_GRACE,
             lake: lake.map(|url| crate::load::lake::LakeConfig { url: url.to_owned(), org: org.name.clone() }),
         };
         Ok(Job { name: org.name.clone(), client, extract, load, actions })
@@ -540,7 +529,7 @@ pub struct LoadOptions {
     pub strict: bool,
     /// Seconds a Parquet version is kept after a newer one replaces it, for readers that listed
     /// its files just before
-    #[arg(long, default_value_t = 3600, value_name = "S")]
+    #[arg(long, default_value_t = crate::load::DEFAULT_PARQUET_GRACE.as_secs(), value_name = "S")]
     pub parquet_grace_s: u64,
     /// Also write every table to this Delta Lake (`file:///path` or `s3://bucket/prefix`),
     /// replacing only `--org`'s rows
@@ -592,10 +581,10 @@ pub struct ExtractArgs {
     #[arg(long, value_name = "ID")]
     pub campaign_id: Option<i64>,
     /// Requests in flight at once; the pacer still spaces their starts
-    #[arg(long, default_value_t = 8, value_name = "N")]
+    #[arg(long, default_value_t = crate::extract::DEFAULT_CONCURRENCY, value_name = "N")]
     pub concurrency: usize,
     /// Crawls of a status while its rows disagree with the service's count (drift)
-    #[arg(long, default_value_t = 3, value_name = "N")]
+    #[arg(long, default_value_t = crate::extract::DEFAULT_MAX_PASSES, value_name = "N")]
     pub max_passes: u32,
     /// First day of content statistics (YYYY-MM-DD, UTC) [default: last extracted day minus
     /// --lookback-days, or --since-days ago on the first run]
@@ -605,13 +594,13 @@ pub struct ExtractArgs {
     #[arg(long, value_name = "DATE")]
     pub to: Option<String>,
     /// Days per content request
-    #[arg(long, default_value_t = 90, value_name = "N")]
+    #[arg(long, default_value_t = crate::extract::DEFAULT_WINDOW_DAYS, value_name = "N")]
     pub window_days: u32,
     /// Days before the last extracted day that are fetched again, because recent days still change
-    #[arg(long, default_value_t = 7, value_name = "N")]
+    #[arg(long, default_value_t = crate::extract::DEFAULT_LOOKBACK_DAYS, value_name = "N")]
     pub lookback_days: u32,
     /// How far back the first run goes
-    #[arg(long, default_value_t = 365, value_name = "N")]
+    #[arg(long, default_value_t = crate::extract::DEFAULT_SINCE_DAYS, value_name = "N")]
     pub since_days: u32,
     /// Print the plan after page 1 of each status (at most one request per status), then stop
     #[arg(long)]

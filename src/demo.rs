@@ -80,23 +80,12 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
     client_config.pacing = PacingConfig { min_interval: CLIENT_SPACING, hourly_cap: None, ..PacingConfig::unlimited() };
 
     let extract = ExtractConfig {
-        out: config.out.clone(),
-        statuses: crate::api::models::ApplicationStatus::KNOWN.to_vec(),
-        campaign_id: None,
         concurrency: 4,
-        max_passes: 3,
-        from: None,
-        to: None,
-        window_days: 90,
-        lookback_days: 7,
-        since_days: 365,
-        plan_only: false,
         keep_raw: Some(3),
-        fresh: false,
         progress_bars: config.progress_bars,
         // Every demo serves new data: a reconcile, not a difference from the last demo's.
         sync: crate::extract::SyncMode::Full,
-        reconcile_every: crate::extract::DEFAULT_RECONCILE_EVERY,
+        ..ExtractConfig::defaults(config.out.clone())
     };
     let load = LoadConfig {
         out: config.out.clone(),

@@ -88,6 +88,13 @@ impl std::str::FromStr for SyncMode {
 
 /// The default of `--reconcile-every`.
 pub const DEFAULT_RECONCILE_EVERY: Duration = Duration::from_secs(24 * 3600);
+/// Defaults of `--concurrency`, `--max-passes`, `--window-days`, `--lookback-days` and
+/// `--since-days`, which a fleet's organizations and the demo take too.
+pub const DEFAULT_CONCURRENCY: usize = 8;
+pub const DEFAULT_MAX_PASSES: u32 = 3;
+pub const DEFAULT_WINDOW_DAYS: u32 = 90;
+pub const DEFAULT_LOOKBACK_DAYS: u32 = 7;
+pub const DEFAULT_SINCE_DAYS: u32 = 365;
 
 /// A validated extract request.
 #[derive(Clone, Debug)]
@@ -137,6 +144,31 @@ impl ExtractError {
         match source {
             ApiError::Interrupted { .. } => ExtractError::Interrupted,
             source => ExtractError::Api { context, source },
+        }
+    }
+}
+
+impl ExtractConfig {
+    /// Every status, incremental content, automatic sync: the command line's defaults, without
+    /// progress bars.
+    pub fn defaults(out: OutDir) -> Self {
+        ExtractConfig {
+            out,
+            statuses: ApplicationStatus::KNOWN.to_vec(),
+            campaign_id: None,
+            concurrency: DEFAULT_CONCURRENCY,
+            max_passes: DEFAULT_MAX_PASSES,
+            from: None,
+            to: None,
+            window_days: DEFAULT_WINDOW_DAYS,
+            lookback_days: DEFAULT_LOOKBACK_DAYS,
+            since_days: DEFAULT_SINCE_DAYS,
+            plan_only: false,
+            keep_raw: None,
+            fresh: false,
+            progress_bars: false,
+            sync: SyncMode::Auto,
+            reconcile_every: DEFAULT_RECONCILE_EVERY,
         }
     }
 }
