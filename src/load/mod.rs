@@ -124,16 +124,7 @@ pub struct LoadReport {
 
 /// `WHERE` clause of the applications a run does not cover, which the load keeps.
 fn out_of_scope(statuses: &[String], campaign_id: Option<i64>) -> Option<String> {
-    let all = crate::api::models::ApplicationStatus::KNOWN.len();
-    let mut parts = vec![];
-    if statuses.len() < all {
-        let list = statuses.iter().map(|s| format!("'{}'", s.replace('\'', "''"))).collect::<Vec<_>>().join(", ");
-        parts.push(format!("status NOT IN ({list})"));
-    }
-    if let Some(c) = campaign_id {
-        parts.push(format!("campaign_id <> {c}"));
-    }
-    (!parts.is_empty()).then(|| parts.join(" OR "))
+    warehouse::scope_filter(statuses, campaign_id).map(|f| format!("NOT ({f})"))
 }
 
 /// Merges this run's content over the loaded content: the run wins per (metric, date).

@@ -352,11 +352,31 @@ pub fn sync_scope(statuses: &[String], campaign_id: Option<i64>) -> String {
     format!("statuses={};campaign={}", statuses.join(","), campaign_id.map_or("all".to_owned(), |c| c.to_string()))
 }
 
+/// `WHERE` clause of the applications a sync of this scope covers; `None` for all of them.
+pub fn scope_filter(statuses: &[String], campaign_id: Option<i64>) -> Option<String> {
+    let mut parts = vec![];
+    if statuses.len() < ApplicationStatus::KNOWN.len() {
+        let list = statuses.iter().map(|s| format!("'{}'", s.replace('\'', "''"))).collect::<Vec<_>>().join(", ");
+        parts.push(format!("status IN ({list})"));
+    }
+    if let Some(c) = campaign_id {
+        parts.push(format!("campaign_id = {c}"));
+    }
+    (!parts.is_empty()).then(|| parts.join(" AND "))
+}
+
+/// The run the warehouse loaded last, with its `sync_scope` (an error on a warehouse older than
+/// schema version 4).
+fn last_run(conn: &Connection) -> duckdb::Result<Option<(String, Option<String>)>> {
+    conn.query_row("SELECT run_id, sync_scope FROM runs ORDER BY finished_at DESC LIMIT 1", [], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })
+    .optional()
+}
+
 /// The run the warehouse loaded last.
 pub fn latest_run(conn: &Connection) -> Result<Option<String>, LoadError> {
-    conn.query_row("SELECT run_id FROM runs ORDER BY finished_at DESC LIMIT 1", [], |r| r.get(0))
-        .optional()
-        .map_err(|e| LoadError::db("read `runs`", e))
+    Ok(last_run(conn).map_err(|e| LoadError::db("read `runs`", e))?.map(|(run_id, _)| run_id))
 }
 
 /// The previous sync's lists, for a quick sync of this scope: `None` when there is no warehouse
@@ -364,17 +384,8 @@ pub fn latest_run(conn: &Connection) -> Result<Option<String>, LoadError> {
 pub fn snapshot(out: &OutDir, statuses: &[String], campaign_id: Option<i64>) -> Result<Option<Snapshot>, LoadError> {
     let Some((conn, _)) = open_latest_read_only(out)? else { return Ok(None) };
     let scope = sync_scope(statuses, campaign_id);
-    let latest: Option<(String, Option<String>)> = match conn
-        .query_row("SELECT run_id, sync_scope FROM runs ORDER BY finished_at DESC LIMIT 1", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .optional()
-    {
-        Ok(l) => l,
-        // No `runs` table, or one without the quick-sync columns: no snapshot to trust.
-        Err(_) => return Ok(None),
-    };
-    let Some((base_run, Some(last_scope))) = latest else { return Ok(None) };
+    // No `runs` table, or one without the quick-sync columns: no snapshot to trust.
+    let Ok(Some((base_run, Some(last_scope)))) = last_run(&conn) else { return Ok(None) };
     if last_scope != scope {
         return Ok(None);
     }
@@ -385,12 +396,9 @@ pub fn snapshot(out: &OutDir, statuses: &[String], campaign_id: Option<i64>) -> 
             |r| r.get(0),
         )
         .map_err(|e| LoadError::db("read `runs`", e))?;
-    let list = statuses.iter().map(|s| format!("'{}'", s.replace('\'', "''"))).collect::<Vec<_>>().join(", ");
-    let campaign = campaign_id.map_or(String::new(), |c| format!(" AND campaign_id = {c}"));
+    let filter = scope_filter(statuses, campaign_id).unwrap_or_else(|| "true".into());
     let mut stmt = conn
-        .prepare(&format!(
-            "SELECT status, epoch_us(applied_at), id FROM applications WHERE status IN ({list}){campaign}"
-        ))
+        .prepare(&format!("SELECT status, epoch_us(applied_at), id FROM applications WHERE {filter}"))
         .map_err(|e| LoadError::db("read `applications`", e))?;
     let rows = stmt
         .query_map([], |r| Ok((r.get::<_, String>(0)?, (r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))))
