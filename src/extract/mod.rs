@@ -494,7 +494,7 @@ pub async fn run(
 ) -> Result<ExtractReport, ExtractError> {
     let base_url = client.base_url().to_string();
     let today = Utc::now().date_naive();
-    let (mut quick, mut reason) = choose_mode(config, snapshot, Utc::now());
+    let (quick, mut reason) = choose_mode(config, snapshot, Utc::now());
     let resumed = if config.fresh { None } else { find_resumable(config, &base_url) };
     // An unfinished quick run continues only on the same snapshot; an unfinished full run
     // continues as it began, unless this run asks for quick.
@@ -502,12 +502,11 @@ pub async fn run(
         SyncMode::Quick => quick && snapshot.map(|s| &s.base_run) == spec.base_run.as_ref(),
         _ => config.sync != SyncMode::Quick || !quick,
     });
-    if let Some(spec) = &resumed {
-        if spec.sync != SyncMode::Quick && quick {
-            (quick, reason) = (false, "continuing an unfinished full sync".into());
-        }
+    if resumed.as_ref().is_some_and(|spec| spec.sync != SyncMode::Quick && quick) {
+        reason = "continuing an unfinished full sync".into();
     }
-    let spec = match &resumed {
+    // From here on, the spec's mode is the run's.
+    let mut spec = match &resumed {
         Some(spec) => spec.clone(),
         None => {
             let (from, to) = content_range(config, today);
@@ -526,7 +525,6 @@ pub async fn run(
             }
         }
     };
-    let mut spec = spec;
     let dir = config.out.raw_dir(&spec.run_id);
     if resumed.is_none() {
         write_json_atomic(&dir.join("run.json"), &spec)?;
@@ -570,9 +568,9 @@ pub async fn run(
         for status in &config.statuses {
             crawl.first_page(status, crawl.landing.last_pass(status.as_str()).unwrap_or(1)).await?;
         }
-        if quick && config.sync == SyncMode::Auto {
+        if spec.sync == SyncMode::Quick && config.sync == SyncMode::Auto {
             if let Some(why) = snapshot.and_then(|snap| too_many_changes(config, snap, crawl.landing)) {
-                (quick, reason) = (false, why);
+                reason = why;
                 spec.sync = SyncMode::Full;
                 spec.base_run = None;
                 write_json_atomic(&dir.join("run.json"), &spec)?;
@@ -580,16 +578,15 @@ pub async fn run(
         }
         let plan = make_plan(config, client, crawl.landing, &windows, t.elapsed());
         eprintln!("{plan}");
-        if quick {
-            eprintln!("  sync: quick ({reason}): only the pages that locate what changed are read");
-        } else {
-            eprintln!("  sync: full ({reason})");
+        match spec.sync {
+            SyncMode::Quick => eprintln!("  sync: quick ({reason}): only the pages that locate what changed are read"),
+            _ => eprintln!("  sync: full ({reason})"),
         }
         tracing::info!(requests = plan.application_requests + plan.content_requests, estimated_s = plan.estimated_s, "plan");
         if config.plan_only {
             return Ok("planned");
         }
-        if let (true, Some(snap)) = (quick, snapshot) {
+        if let (SyncMode::Quick, Some(snap)) = (spec.sync, snapshot) {
             located = locate_changes(&mut crawl, snap, &config.statuses, spec.max_passes, &mut outcomes, &mut read_in_full)
                 .await?;
             write_json_atomic(

@@ -412,11 +412,7 @@ pub fn load_extracted(
             return Err(LoadError::Strict(quality.findings.join("; ")));
         }
         let rows = warehouse::row_counts(&conn)?;
-        let sync = RunSync {
-            mode: if quick.is_some() { "quick" } else { "full" },
-            scope: warehouse::sync_scope(&spec.statuses, spec.campaign_id),
-        };
-        record_run(&conn, run_id, extract_report, &sync, &rows, &quality, &stages_ms)?;
+        record_run(&conn, &spec, extract_report, &rows, &quality, &stages_ms)?;
         crate::out::crash_point("load-before-commit");
         conn.execute_batch("COMMIT;").map_err(|e| LoadError::db("commit the load", e))?;
         Ok(rows)
@@ -450,17 +446,10 @@ pub fn load_extracted(
     })
 }
 
-/// How a loaded run read the applications.
-struct RunSync {
-    mode: &'static str,
-    scope: String,
-}
-
 fn record_run(
     conn: &duckdb::Connection,
-    run_id: &str,
+    spec: &crate::extract::RunSpec,
     report: Option<&ExtractReport>,
-    sync: &RunSync,
     rows: &BTreeMap<String, u64>,
     quality: &QualityReport,
     stages_ms: &BTreeMap<String, u64>,
@@ -479,7 +468,7 @@ fn record_run(
          VALUES (?, ?::TIMESTAMPTZ, now(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false, ?, ?, ?, ?, ?, \
          CASE WHEN ? = 'full' THEN now() ELSE ?::TIMESTAMPTZ END, ?)",
         duckdb::params![
-            run_id,
+            spec.run_id,
             report.map(|r| r.started_at.to_rfc3339()),
             report.map_or("loaded".to_owned(), |r| r.status.clone()),
             report.and_then(|r| r.durations_ms.get("extract").copied()).map(|v| v as i64),
@@ -494,10 +483,10 @@ fn record_run(
             quality.status_changes as i64,
             report.map(|r| serde_json::to_string(r).unwrap_or_default()),
             warnings.len() as i64,
-            sync.mode,
-            sync.scope,
+            spec.sync.as_str(),
+            warehouse::sync_scope(&spec.statuses, spec.campaign_id),
             report.map(|r| r.sync.pages_verified as i64),
-            sync.mode,
+            spec.sync.as_str(),
             report.and_then(|r| r.sync.last_reconcile_at).map(|t| t.to_rfc3339()),
             report.map(|r| r.sync.counts_agree),
         ],
