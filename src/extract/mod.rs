@@ -468,6 +468,17 @@ fn runs_oldest_first(out: &OutDir) -> Vec<PathBuf> {
     dirs
 }
 
+/// Removes raw directories without a `run.json`: a run killed while it wrote its spec, before
+/// it could land anything. The caller holds the lock, so no other run is starting.
+fn remove_unstarted(out: &OutDir) -> Result<(), OutError> {
+    let Ok(entries) = std::fs::read_dir(out.raw_root()) else { return Ok(()) };
+    for dir in entries.flatten().map(|e| e.path()).filter(|p| p.is_dir() && !p.join("run.json").exists()) {
+        std::fs::remove_dir_all(&dir).map_err(io_err("remove", &dir))?;
+        tracing::info!(dir = %dir.display(), "removed the raw directory of a run killed before it started");
+    }
+    Ok(())
+}
+
 /// Deletes all but the newest `keep` runs' raw landings (never `current`).
 fn prune_raw(out: &OutDir, keep: usize, current: &str) -> Result<(), OutError> {
     let dirs = runs_oldest_first(out);
@@ -527,6 +538,7 @@ pub async fn run(
     };
     let dir = config.out.raw_dir(&spec.run_id);
     if resumed.is_none() {
+        remove_unstarted(&config.out)?;
         write_json_atomic(&dir.join("run.json"), &spec)?;
     }
     let recovered = raw::recover_partials(&dir)?;

@@ -407,3 +407,19 @@ fn the_default_range_is_incremental_and_keep_raw_prunes() {
     assert_eq!(std::fs::read_dir(out.join("raw")).unwrap().count(), 2, "--keep-raw 2 kept the newest two");
     assert_eq!(std::fs::read_dir(out.join("runs")).unwrap().count(), 3, "reports are kept");
 }
+
+/// A run killed while it wrote its spec leaves a raw directory with only a temporary file: the
+/// next run removes it, so it neither lingers nor counts as a run.
+#[test]
+fn a_run_killed_before_its_spec_was_written_leaves_nothing_behind() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(30));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let dead = out.join("raw").join("20260101T000000Z-dead");
+    std::fs::create_dir_all(&dead).unwrap();
+    std::fs::write(dead.join(".run.json.tmp-1"), b"{\"run_id\":").unwrap();
+    let o = extract(&emu, &out, &["--since-days", "10"]);
+    assert_exit(&[], &o, 0);
+    assert!(!dead.exists(), "the unstarted run's directory is removed");
+    assert!(the_run(&out).complete);
+}
