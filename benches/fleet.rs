@@ -9,6 +9,12 @@
 //!
 //! `--max-requests N` stops every organization after N requests (no load): the fleet's own
 //! overhead at scale, as for the 10,000-organization run.
+//!
+//! `--floor` runs, instead of the binary, the least any fleet could do in this setup: one
+//! library `Client` per key, paced as a fleet paces, sending the same requests as an
+//! organization's full sync and keeping nothing (no landing, no resume state, no load). It
+//! reports that floor's wall time against the same pacing limit, and the CPU time of the
+//! emulator's thread and of the clients' threads.
 
 mod common;
 
@@ -16,8 +22,11 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{arg, median};
+use common::{arg, flag, median};
+use creator_etl::api::models::ApplicationStatus;
+use creator_etl::api::{ApiKey, ApplicationsQuery, Client, ClientConfig, PacingConfig, Transport};
 use creator_etl::emulator::{org_key, Emulator, EmulatorConfig};
+use creator_etl::extract::landing::windows;
 
 /// Peak RSS (MB) and CPU seconds of a running process, from /proc.
 fn sample(pid: u32) -> Option<(f64, f64)> {
@@ -29,6 +38,91 @@ fn sample(pid: u32) -> Option<(f64, f64)> {
     Some((hwm / 1024.0, ticks / 100.0))
 }
 
+/// CPU seconds of this process's threads whose name starts with `prefix`, from /proc.
+fn threads_cpu(prefix: &str) -> f64 {
+    let mut total = 0.0;
+    for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+        if !head.split_once('(').is_some_and(|(_, name)| name.starts_with(prefix)) {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        total += (ticks(11) + ticks(12)) / 100.0;
+    }
+    total
+}
+
+/// One organization's full sync with nothing kept: every status's pages, then the statistics
+/// windows of the last 365 days. Returns its requests.
+async fn floor_org(client: Client) -> u64 {
+    let mut requests = 0;
+    for status in ApplicationStatus::KNOWN {
+        let first = client.list_applications(&ApplicationsQuery::page(status.clone(), 1)).await.unwrap();
+        requests += 1;
+        for page in 2..=first.value.meta.page_count {
+            client.list_applications(&ApplicationsQuery::page(status.clone(), page)).await.unwrap();
+            requests += 1;
+        }
+    }
+    let today = chrono::Utc::now().date_naive();
+    for (start, end) in windows(today - chrono::Duration::days(365), today, 90) {
+        client.content_24h(start, end, 10_000).await.unwrap();
+        requests += 1;
+    }
+    requests
+}
+
+/// The floor (see the module's documentation): every organization at once on a 2-thread
+/// runtime, as the fleet's process has.
+fn floor(emu: &Emulator, orgs: u32, interval: u64, reps: usize) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("floor-client")
+        .enable_all()
+        .build()
+        .unwrap();
+    let (mut walls, mut ratios) = (vec![], vec![]);
+    for rep in 0..reps {
+        std::thread::sleep(Duration::from_millis(interval));
+        let (emu_cpu, client_cpu) = (threads_cpu("emulator"), threads_cpu("floor-client"));
+        let before = emu.state.violations().len();
+        let started = Instant::now();
+        let counts: Vec<u64> = rt.block_on(async {
+            let transport = Transport::new(Duration::from_secs(10), Duration::from_secs(60)).unwrap();
+            let mut tasks = tokio::task::JoinSet::new();
+            for k in 1..=orgs {
+                let mut config =
+                    ClientConfig::new(emu.base_url.parse().unwrap(), ApiKey::new(&org_key(k), "bench").unwrap());
+                config.pacing = PacingConfig {
+                    min_interval: Duration::from_millis(interval),
+                    hourly_cap: None,
+                    wait_for_answers: true,
+                    ..PacingConfig::default()
+                };
+                let client = Client::with_transport(config, &transport).unwrap();
+                tasks.spawn(floor_org(client));
+            }
+            tasks.join_all().await
+        });
+        let wall = started.elapsed().as_secs_f64();
+        let slowest = counts.iter().copied().max().unwrap_or(0);
+        let limit = slowest.saturating_sub(1) as f64 * interval as f64 / 1000.0;
+        println!(
+            "  floor rep {rep}: wall {wall:.2} s; slowest organization {slowest} requests, pacing limit {limit:.2} s, ratio {:.2}; {} requests, {} 429s; CPU: emulator thread {:.1} s, client threads {:.1} s",
+            wall / limit.max(1e-9),
+            counts.iter().sum::<u64>(),
+            emu.state.violations().len() - before,
+            threads_cpu("emulator") - emu_cpu,
+            threads_cpu("floor-client") - client_cpu,
+        );
+        walls.push(wall);
+        ratios.push(wall / limit.max(1e-9));
+    }
+    println!("floor, median of {reps}: wall {:.2} s, ratio {:.2}", median(walls), median(ratios));
+}
+
 fn main() {
     let orgs = arg("--orgs", 1000) as u32;
     let applications = arg("--applications", 200) as usize;
@@ -37,12 +131,23 @@ fn main() {
     let max_requests = arg("--max-requests", 0);
     let max_loads = arg("--max-loads", 2);
 
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("emulator")
+        .enable_all()
+        .build()
+        .unwrap();
     let mut cfg = EmulatorConfig::for_tests(20);
     cfg.data.organizations = orgs;
     cfg.data.org_applications = applications;
     cfg.rate.min_interval = Duration::from_millis(interval);
     let emu = rt.block_on(Emulator::start(&cfg, "127.0.0.1:0".parse().unwrap())).unwrap();
+
+    if flag("--floor") {
+        println!("floor: {orgs} organizations x {applications} applications, {interval} ms per key");
+        floor(&emu, orgs, interval, reps);
+        return;
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("fleet.toml");
@@ -58,6 +163,9 @@ fn main() {
     );
     let (mut walls, mut ratios, mut rss, mut cpu) = (vec![], vec![], vec![], vec![]);
     for rep in 0..reps {
+        // Each repetition starts with an empty `--out`, so with no pacing memory: the keys'
+        // previous requests (the last repetition's) are one interval behind.
+        std::thread::sleep(Duration::from_millis(interval));
         let out = dir.path().join(format!("out-{rep}"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_creator-etl"));
         cmd.args(["--quiet", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "fleet", "run", "--config"])
@@ -73,6 +181,7 @@ fn main() {
             cmd.env(format!("FLEET_KEY_{k}"), org_key(k));
         }
         let before = emu.state.violations().len();
+        let emu_cpu = threads_cpu("emulator");
         let started = Instant::now();
         let mut child = cmd.spawn().unwrap();
         let pid = child.id();
@@ -94,10 +203,11 @@ fn main() {
         let limited: u64 = list.iter().map(|o| o["rate_limited"].as_u64().unwrap()).sum();
         let requests: u64 = list.iter().map(|o| o["requests"].as_u64().unwrap()).sum();
         println!(
-            "  rep {rep}: wall {wall:.2} s; slowest organization {slowest} requests, pacing limit {limit:.2} s, ratio {:.2}; {requests} requests, {limited} 429s ({} emulator violations); outcomes {}; peak RSS {peak:.0} MB; CPU {cpu_s:.1} s",
+            "  rep {rep}: wall {wall:.2} s; slowest organization {slowest} requests, pacing limit {limit:.2} s, ratio {:.2}; {requests} requests, {limited} 429s ({} emulator violations); outcomes {}; peak RSS {peak:.0} MB; CPU {cpu_s:.1} s (the emulator's thread {:.1} s)",
             wall / limit.max(1e-9),
             emu.state.violations().len() - before,
-            report["outcomes"]
+            report["outcomes"],
+            threads_cpu("emulator") - emu_cpu
         );
         let violations = emu.state.violations();
         let mut gaps: Vec<f64> = violations[before..].iter().filter_map(|v| v.gap_ms).collect();
