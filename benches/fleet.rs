@@ -5,7 +5,10 @@
 //! (sampled from /proc every 20 ms).
 //!
 //! `cargo bench --profile dev --bench fleet -- [--orgs N] [--applications N] [--interval-ms MS]
-//! [--reps N] [--max-requests N] [--max-loads N]`
+//! [--reps N] [--max-requests N] [--max-loads N] [--again] [--floor]`
+//!
+//! `--again` runs every repetition on the same `--out`, after a first full sync that is not
+//! counted: a scheduled fleet's steady state, quick syncs of unchanged organizations.
 //!
 //! `--max-requests N` stops every organization after N requests (no load): the fleet's own
 //! overhead at scale, as for the 10,000-organization run.
@@ -162,11 +165,15 @@ fn main() {
         if max_requests > 0 { format!(", --max-requests-per-org {max_requests}") } else { String::new() }
     );
     let (mut walls, mut ratios, mut rss, mut cpu) = (vec![], vec![], vec![], vec![]);
-    for rep in 0..reps {
-        // Each repetition starts with an empty `--out`, so with no pacing memory: the keys'
-        // previous requests (the last repetition's) are one interval behind.
+    // With `--again`, every run syncs the same `--out`: the first (not counted) is a full sync,
+    // the next ones are what a scheduled fleet does, quick syncs of unchanged organizations.
+    let again = flag("--again");
+    for run in 0..reps + usize::from(again) {
+        let rep = run.wrapping_sub(usize::from(again));
+        // A fresh `--out` has no pacing memory: the keys' previous requests (the last run's)
+        // must be one interval behind.
         std::thread::sleep(Duration::from_millis(interval));
-        let out = dir.path().join(format!("out-{rep}"));
+        let out = dir.path().join(if again { "out".to_owned() } else { format!("out-{rep}") });
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_creator-etl"));
         cmd.args(["--quiet", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "fleet", "run", "--config"])
             .arg(&file)
@@ -202,8 +209,13 @@ fn main() {
         let limit = slowest.saturating_sub(1) as f64 * interval as f64 / 1000.0;
         let limited: u64 = list.iter().map(|o| o["rate_limited"].as_u64().unwrap()).sum();
         let requests: u64 = list.iter().map(|o| o["requests"].as_u64().unwrap()).sum();
+        let mut modes = std::collections::BTreeMap::new();
+        for o in list {
+            *modes.entry(o["sync"].as_str().unwrap_or("none").to_owned()).or_insert(0) += 1;
+        }
+        let label = if rep == usize::MAX { "first sync (not counted)".to_owned() } else { format!("rep {rep}") };
         println!(
-            "  rep {rep}: wall {wall:.2} s; slowest organization {slowest} requests, pacing limit {limit:.2} s, ratio {:.2}; {requests} requests, {limited} 429s ({} emulator violations); outcomes {}; peak RSS {peak:.0} MB; CPU {cpu_s:.1} s (the emulator's thread {:.1} s)",
+            "  {label}: sync modes {modes:?}; wall {wall:.2} s; slowest organization {slowest} requests, pacing limit {limit:.2} s, ratio {:.2}; {requests} requests, {limited} 429s ({} emulator violations); outcomes {}; peak RSS {peak:.0} MB; CPU {cpu_s:.1} s (the emulator's thread {:.1} s)",
             wall / limit.max(1e-9),
             emu.state.violations().len() - before,
             report["outcomes"],
@@ -219,6 +231,9 @@ fn main() {
                 gaps[gaps.len() / 2],
                 gaps[gaps.len() - 1]
             );
+        }
+        if rep == usize::MAX {
+            continue;
         }
         walls.push(wall);
         ratios.push(wall / limit.max(1e-9));

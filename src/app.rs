@@ -144,12 +144,15 @@ pub async fn pipeline(
     let held = permit().await;
     let extract_config = config.clone();
     let snapshot = blocking("preflight", move || -> Result<_, Error> {
-        match &checked_actions {
+        let writer = match &checked_actions {
             // The journal lives in the writer's warehouse: opening it checks both.
-            Some((config, reviewed)) => crate::action::preflight(config, reviewed)?,
+            Some((config, reviewed)) => {
+                crate::action::preflight(config, reviewed)?;
+                None
+            }
             None => crate::load::warehouse::check_writable(&writable)?,
-        }
-        read_snapshot(&extract_config)
+        };
+        read_snapshot(&extract_config, writer.as_ref())
     })
     .await?;
     drop(held);
@@ -171,14 +174,25 @@ pub async fn pipeline(
     Ok(RunReport { extract: extracted, load: loaded, actions })
 }
 
-/// The previous sync's lists from the warehouse, for a quick sync (blocking: DuckDB); a full
-/// sync compares with nothing.
-fn read_snapshot(config: &ExtractConfig) -> Result<Option<crate::extract::Snapshot>, Error> {
+/// The previous sync's lists from the warehouse, for a quick sync (blocking: DuckDB): from
+/// `writer` when the caller has it open, else from the freshest file read-only. A full sync
+/// compares with nothing.
+fn read_snapshot(
+    config: &ExtractConfig,
+    writer: Option<&duckdb::Connection>,
+) -> Result<Option<crate::extract::Snapshot>, Error> {
     if config.sync == SyncMode::Full {
         return Ok(None);
     }
     let statuses: Vec<String> = config.statuses.iter().map(|s| s.to_string()).collect();
-    Ok(crate::load::warehouse::snapshot(&config.out, &statuses, config.campaign_id)?)
+    let snapshot = |conn: &duckdb::Connection| crate::load::warehouse::snapshot(conn, &statuses, config.campaign_id);
+    Ok(match writer {
+        Some(conn) => snapshot(conn)?,
+        None => match crate::load::warehouse::open_latest_read_only(&config.out)? {
+            Some((conn, _)) => snapshot(&conn)?,
+            None => None,
+        },
+    })
 }
 
 async fn run_all(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
@@ -301,7 +315,7 @@ async fn extract(args: &ExtractArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("extract")?;
     let extract_config = config.clone();
-    let snapshot = blocking("snapshot", move || read_snapshot(&extract_config)).await?;
+    let snapshot = blocking("snapshot", move || read_snapshot(&extract_config, None)).await?;
     let report = crate::extract::run(&config, &client, stop_signal(), snapshot.as_ref()).await?;
     print_json(&report)?;
     Ok(exit::OK)

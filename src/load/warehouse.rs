@@ -200,13 +200,15 @@ pub fn open_writer(out: &OutDir) -> Result<Connection, LoadError> {
 
 /// Checks that the writer's warehouse can be opened for writing, and migrates it: what a run
 /// does before it spends any request.
-pub fn check_writable(out: &OutDir) -> Result<(), LoadError> {
+/// Returns the open connection for the preflight's other reads, so that DuckDB starts once;
+/// `None` for a first load.
+pub fn check_writable(out: &OutDir) -> Result<Option<Connection>, LoadError> {
     if !writer_path(out).exists() && !published_path(out).exists() {
         // A first load: no file that anyone could hold, and no DuckDB to start for it.
         std::fs::create_dir_all(out.state_dir()).map_err(crate::out::io_err("create", &out.state_dir()))?;
-        return Ok(());
+        return Ok(None);
     }
-    open_writer(out).map(drop)
+    open_writer(out).map(Some)
 }
 
 /// The process holding a DuckDB file, from DuckDB's lock error, when that is the error.
@@ -379,13 +381,16 @@ pub fn latest_run(conn: &Connection) -> Result<Option<String>, LoadError> {
     Ok(last_run(conn).map_err(|e| LoadError::db("read `runs`", e))?.map(|(run_id, _)| run_id))
 }
 
-/// The previous sync's lists, for a quick sync of this scope: `None` when there is no warehouse
-/// yet, or its last load was of another scope (or by a version before quick sync).
-pub fn snapshot(out: &OutDir, statuses: &[String], campaign_id: Option<i64>) -> Result<Option<Snapshot>, LoadError> {
-    let Some((conn, _)) = open_latest_read_only(out)? else { return Ok(None) };
+/// The previous sync's lists in the warehouse `conn`, for a quick sync of this scope: `None` when
+/// its last load was of another scope (or by a version before quick sync), or there was none.
+pub fn snapshot(
+    conn: &Connection,
+    statuses: &[String],
+    campaign_id: Option<i64>,
+) -> Result<Option<Snapshot>, LoadError> {
     let scope = sync_scope(statuses, campaign_id);
     // No `runs` table, or one without the quick-sync columns: no snapshot to trust.
-    let Ok(Some((base_run, Some(last_scope)))) = last_run(&conn) else { return Ok(None) };
+    let Ok(Some((base_run, Some(last_scope)))) = last_run(conn) else { return Ok(None) };
     if last_scope != scope {
         return Ok(None);
     }
