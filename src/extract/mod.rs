@@ -328,6 +328,7 @@ pub struct ExtractReport {
     /// Invocations that ended without reporting counters (killed).
     pub unreported_invocations: u32,
     pub applications: BTreeMap<String, StatusSummary>,
+    /// Applications in the run's scope: those read, and a quick sync's kept ones.
     pub applications_total: u64,
     pub content: ContentSummary,
     pub durations_ms: BTreeMap<String, u64>,
@@ -661,6 +662,7 @@ pub async fn run(
         if let Some(summary) = report.applications.get_mut(s) {
             summary.kept = l.kept.len() as u64;
             summary.rows += summary.kept;
+            report.applications_total += summary.kept;
         }
     }
     let report = ExtractReport {

@@ -80,7 +80,7 @@ pub struct OrgReport {
     /// The exit code this organization's sync alone would have given (`run`'s codes).
     pub exit_code: u8,
     pub run_id: Option<String>,
-    /// Applications the extract saw (completed syncs).
+    /// Applications in scope (completed syncs), a quick sync's kept ones included.
     pub applications: u64,
     /// `quick` or `full` (completed syncs; see `--sync`).
     pub sync: Option<crate::extract::SyncMode>,

@@ -322,8 +322,10 @@ pub fn run(config: &LoadConfig, run_id: &str, extract_report: Option<&ExtractRep
     }
     if let Some(report) = extract_report {
         let days = extracted.content.iter().filter(|r| r.metric == crate::extract::Metric::Views).count() as u64;
+        // A quick run's kept applications are in the warehouse, not in its landing.
+        let kept: usize = extracted.quick.iter().flat_map(|q| q.located.values()).map(|l| l.kept.len()).sum();
         let found = [
-            ("applications", extracted.applications.len() as u64, report.applications_total),
+            ("applications", (extracted.applications.len() + kept) as u64, report.applications_total),
             ("days of content", days, report.content.days),
         ];
         if let Some((what, found, reported)) = found.into_iter().find(|(_, f, r)| f < r) {

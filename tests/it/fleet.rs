@@ -447,6 +447,10 @@ fn a_fleet_syncs_quickly_per_organization() {
     let orgs = by_name(&report(&second));
     assert!(orgs.values().all(|o| o["sync"] == "quick"), "{orgs:?}");
     assert_eq!(orgs["two"]["requests"], 7, "six first pages and one content window");
+    for (k, name) in [(1, "one"), (2, "two")] {
+        let apps = orgs[name]["applications"].as_u64().unwrap() as usize;
+        assert_eq!(apps, truth_ids(&emu, k).len(), "{name}: every application, the kept ones too");
+    }
     let c = duckdb::Connection::open(dir.path().join("out/orgs/one/warehouse.duckdb")).unwrap();
     let status: String = c.query_row("SELECT status FROM applications WHERE id = ?", [moved], |r| r.get(0)).unwrap();
     assert_eq!(status, "rejected");

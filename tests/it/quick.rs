@@ -82,6 +82,9 @@ fn an_unchanged_service_costs_one_request_per_status_and_the_content_window() {
     assert_eq!(s["pages_verified"], 6);
     assert_eq!(s["counts_agree"], true);
     assert_eq!(quick["extract"]["requests"]["requests_total"], 7, "six first pages and one content window");
+    // The totals count every application in scope, the kept ones too.
+    assert_eq!(quick["extract"]["applications_total"], 3_000, "{}", quick["extract"]["applications"]);
+    assert!(s["kept"].as_u64().unwrap() > 2_000, "{s}");
     assert_eq!(s["base_run"], full["extract"]["run_id"]);
     assert_eq!(warehouse(&out), truth(&emu));
 
