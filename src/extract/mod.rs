@@ -232,6 +232,13 @@ pub struct QuickLanding {
     pub located: BTreeMap<String, quick::Located>,
 }
 
+impl QuickLanding {
+    /// The applications kept from the warehouse unread, over every status.
+    pub fn kept(&self) -> impl Iterator<Item = i64> + '_ {
+        self.located.values().flat_map(|l| l.kept.iter().copied())
+    }
+}
+
 /// Reads a run's `quick.json`; `None` for a full run.
 pub fn read_quick(out: &OutDir, run_id: &str) -> Result<Option<QuickLanding>, ExtractError> {
     let path = out.raw_dir(run_id).join("quick.json");
@@ -643,7 +650,7 @@ pub async fn run(
         Err(ExtractError::Interrupted) => ("interrupted".to_owned(), Some(ExtractError::Interrupted.to_string())),
         Err(e) => ("failed".to_owned(), Some(e.to_string())),
     };
-    let report = build_report(
+    let mut report = build_report(
         config,
         &spec,
         &landing,
@@ -657,7 +664,6 @@ pub async fn run(
         durations,
         warnings,
     );
-    let mut report = report;
     for (s, l) in &located {
         if let Some(summary) = report.applications.get_mut(s) {
             summary.kept = l.kept.len() as u64;

@@ -32,7 +32,7 @@ use polars::prelude::{ParquetCompression, ParquetWriter};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::extract::{read_extracted, ContentRow, ExtractError, ExtractReport, Extracted};
+use crate::extract::{read_extracted, ContentRow, ExtractError, ExtractReport, Extracted, Observation};
 
 use crate::out::{io_err, OutDir, OutError};
 use crate::transform::{self, TransformError};
@@ -125,6 +125,13 @@ pub struct LoadReport {
 /// `WHERE` clause of the applications a run does not cover, which the load keeps.
 fn out_of_scope(statuses: &[String], campaign_id: Option<i64>) -> Option<String> {
     warehouse::scope_filter(statuses, campaign_id).map(|f| format!("NOT ({f})"))
+}
+
+/// Adds the warehouse's applications matching `filter` that the run did not see itself.
+fn add_from_warehouse(conn: &duckdb::Connection, apps: &mut Vec<Observation>, filter: &str) -> Result<(), LoadError> {
+    let seen: std::collections::HashSet<i64> = apps.iter().map(|o| o.app.id).collect();
+    apps.extend(warehouse::applications_where(conn, filter)?.into_iter().filter(|o| !seen.contains(&o.app.id)));
+    Ok(())
 }
 
 /// Merges this run's content over the loaded content: the run wins per (metric, date).
@@ -323,7 +330,7 @@ pub fn run(config: &LoadConfig, run_id: &str, extract_report: Option<&ExtractRep
     if let Some(report) = extract_report {
         let days = extracted.content.iter().filter(|r| r.metric == crate::extract::Metric::Views).count() as u64;
         // A quick run's kept applications are in the warehouse, not in its landing.
-        let kept: usize = extracted.quick.iter().flat_map(|q| q.located.values()).map(|l| l.kept.len()).sum();
+        let kept = extracted.quick.as_ref().map_or(0, |q| q.kept().count());
         let found = [
             ("applications", (extracted.applications.len() + kept) as u64, report.applications_total),
             ("days of content", days, report.content.days),
@@ -358,8 +365,7 @@ pub fn load_extracted(
     finish_interrupted_export(&conn, &config.out, config.parquet_grace)?;
     let merged_content = merge_content(warehouse::content(&conn)?, &content);
     if let Some(keep) = out_of_scope(&spec.statuses, spec.campaign_id) {
-        let ids: std::collections::HashSet<i64> = apps.iter().map(|o| o.app.id).collect();
-        apps.extend(warehouse::applications_where(&conn, &keep)?.into_iter().filter(|o| !ids.contains(&o.app.id)));
+        add_from_warehouse(&conn, &mut apps, &keep)?;
     }
     if let Some(quick) = &quick {
         // A quick run is a difference from the warehouse's state at its snapshot: it loads on
@@ -372,11 +378,9 @@ pub fn load_extracted(
                 latest: latest.unwrap_or_else(|| "none".into()),
             });
         }
-        let kept: Vec<String> = quick.located.values().flat_map(|l| l.kept.iter().map(|id| id.to_string())).collect();
+        let kept: Vec<String> = quick.kept().map(|id| id.to_string()).collect();
         if !kept.is_empty() {
-            let have: std::collections::HashSet<i64> = apps.iter().map(|o| o.app.id).collect();
-            let rows = warehouse::applications_where(&conn, &format!("id IN ({})", kept.join(",")))?;
-            apps.extend(rows.into_iter().filter(|o| !have.contains(&o.app.id)));
+            add_from_warehouse(&conn, &mut apps, &format!("id IN ({})", kept.join(",")))?;
         }
     }
     apps.sort_by_key(|o| o.app.id);

@@ -200,6 +200,7 @@ pub fn open_writer(out: &OutDir) -> Result<Connection, LoadError> {
 
 /// Checks that the writer's warehouse can be opened for writing, and migrates it: what a run
 /// does before it spends any request.
+///
 /// Returns the open connection for the preflight's other reads, so that DuckDB starts once;
 /// `None` for a first load.
 pub fn check_writable(out: &OutDir) -> Result<Option<Connection>, LoadError> {
