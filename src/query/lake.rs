@@ -142,19 +142,33 @@ fn duckdb_type(t: &deltalake::arrow::datatypes::DataType) -> &'static str {
 /// Resolves every table's current snapshot to local files: in place for `file://`, fetched into
 /// the cache for object storage.
 pub async fn resolve(source: &LakeSource) -> Result<Snapshot, QueryError> {
+    resolve_tables(source, &tables(), false).await
+}
+
+/// Resolves the named tables like [`resolve`]. With `missing_ok`, a table the lake does not hold
+/// yet is left out of the snapshot instead of refused.
+pub async fn resolve_tables(
+    source: &LakeSource,
+    wanted_tables: &[&'static str],
+    missing_ok: bool,
+) -> Result<Snapshot, QueryError> {
     deltalake::aws::register_handlers(None);
     let cache = source.cache.join(format!("{:08x}", crate::api::fnv1a(source.url.as_bytes())));
     let mut organizations = BTreeSet::new();
     let mut out = vec![];
-    for table in tables() {
+    for &table in wanted_tables {
         let url = format!("{}/{table}", source.url);
         let parsed = reqwest::Url::parse(&url).map_err(|e| lake_err(table, e))?;
         let local_dir = parsed.to_file_path().ok();
         if local_dir.as_ref().is_some_and(|d| !d.join("_delta_log").is_dir()) {
+            if missing_ok {
+                continue;
+            }
             return Err(QueryError::NoLake { url: source.url.clone(), table: table.to_owned() });
         }
         let t = match DeltaTable::try_from_url(parsed).await {
             Ok(t) if t.version().is_some() => t,
+            Ok(_) if missing_ok => continue,
             Ok(_) => return Err(QueryError::NoLake { url: source.url.clone(), table: table.to_owned() }),
             Err(e) => return Err(lake_err(table, format!("cannot open `{url}`: {e}"))),
         };
