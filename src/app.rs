@@ -110,6 +110,10 @@ pub struct RunReport {
     pub load: LoadReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub actions: Option<ActionReport>,
+    /// With `--lake`: the organization's state this run restored from the lake, because its
+    /// `--out` held no loaded run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restored: Option<RestoreReport>,
 }
 
 impl RunReport {
@@ -135,6 +139,16 @@ pub async fn pipeline(
             Some(s) => s.acquire().await.ok(),
             None => None,
         }
+    };
+    // An `--out` with no loaded run of the organization (a fresh volume, another shard) first
+    // takes the organization's state from the lake: its journal decides what the actions send,
+    // its `applications` and `runs` what the quick sync compares with.
+    let restored = match &load_config.lake {
+        Some(lake) => {
+            let _held = permit().await;
+            restore_from_lake(&load_config.out, lake).await?
+        }
+        None => None,
     };
     // Before the extract spends any request: the warehouse must be writable (a reader holding
     // the writer's file is reported now, exit 5, not after an hour of requests), and an actions
@@ -163,15 +177,179 @@ pub async fn pipeline(
     let mut loaded = load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone())).await?;
     drop(held);
     let actions = match actions {
-        Some((action_config, reviewed)) => Some(crate::action::apply(&action_config, &reviewed, client, stop).await?),
+        Some((action_config, reviewed)) => {
+            let begun = crate::action::begin(&action_config, &reviewed)?;
+            if let Some(lake) = lake.as_ref().filter(|_| begun.to_send() > 0) {
+                // The intents reach the lake before the first row is sent: a run on another
+                // `--out` then finds them even if this one dies with its `--out`.
+                let staged = out.root().join(".lake-intents");
+                let _ = std::fs::remove_dir_all(&staged);
+                begun.with_intents(&action_config, &reviewed, |conn| {
+                    Ok(crate::load::lake::stage_table(conn, &lake.org, crate::load::lake::JOURNAL, &staged)?)
+                })?;
+                let _held = permit().await;
+                let committed = crate::load::lake::commit_tables(lake, &staged, &[crate::load::lake::JOURNAL])
+                    .await
+                    .map_err(|e| {
+                        crate::load::LoadError::Lake(format!(
+                            "cannot record the actions' intents in the lake before sending them, so nothing was sent: {e}"
+                        ))
+                    })?;
+                let _ = std::fs::remove_dir_all(&staged);
+                tracing::info!(organization = %lake.org, rows = begun.to_send(), version = ?committed.versions.get(crate::load::lake::JOURNAL), "the actions' intents are in the lake's journal");
+            }
+            Some(crate::action::send_all(begun, &action_config, &reviewed, client, stop).await?)
+        }
         None => None,
     };
-    // The lake gets the actions' results too, and its `runs` row last: the sync is complete.
+    // The lake gets the actions' results and outcomes too, and its `runs` row last: the sync is
+    // complete.
     if let Some(lake) = &lake {
         let _held = permit().await;
         loaded.lake = Some(push_to_lake(&out, lake).await?);
     }
-    Ok(RunReport { extract: extracted, load: loaded, actions })
+    Ok(RunReport { extract: extracted, load: loaded, actions, restored })
+}
+
+/// What a run restored from the lake into an `--out` that held no loaded run of its
+/// organization.
+#[derive(Clone, Debug, Serialize)]
+pub struct RestoreReport {
+    pub url: String,
+    pub organization: String,
+    /// The Delta version each restored table was read at.
+    pub versions: std::collections::BTreeMap<String, u64>,
+    /// Rows restored per table.
+    pub rows: std::collections::BTreeMap<String, u64>,
+}
+
+/// Whether the writer's warehouse in `out` has loaded a run (blocking: DuckDB).
+fn has_loaded_run(out: &crate::out::OutDir) -> Result<bool, Error> {
+    use crate::load::warehouse;
+    if !warehouse::writer_path(out).exists() && !warehouse::published_path(out).exists() {
+        return Ok(false);
+    }
+    let conn = warehouse::open_writer(out)?;
+    let runs: i64 = conn
+        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+        .map_err(|e| crate::load::LoadError::db("read `runs`", e))?;
+    Ok(runs > 0)
+}
+
+/// Restores the organization's rows of every lake table into the writer's warehouse, when
+/// `out` has loaded no run and the lake's `runs` or `action_journal` has rows of the
+/// organization; `None` when there is nothing to restore. The caller holds the `--out` lock.
+///
+/// Columns are matched by name: a lake file written at an older schema restores with the
+/// missing columns NULL (as the warehouse's migrations leave them), and a column this version
+/// does not know is left out. Everything is inserted in one transaction, so a restore that
+/// fails leaves the warehouse as it was and the next run restores again.
+async fn restore_from_lake(
+    out: &crate::out::OutDir,
+    lake: &crate::load::lake::LakeConfig,
+) -> Result<Option<RestoreReport>, Error> {
+    use crate::query::lake::{resolve_tables, LakeSource};
+    let o = out.clone();
+    if blocking("restore check", move || has_loaded_run(&o)).await? {
+        return Ok(None);
+    }
+    let cache = out.root().join(".lake-restore");
+    let source = LakeSource { url: lake.url.clone(), org: Some(lake.org.clone()), cache: cache.clone() };
+    let failed = |e: crate::query::QueryError| {
+        crate::load::LoadError::Lake(format!(
+            "cannot restore organization `{}` from `{}` into the empty `{}`: {e}",
+            lake.org,
+            lake.url,
+            out.root().display()
+        ))
+    };
+    // `runs` and the journal first: with neither there is nothing to restore. (A run that died
+    // after its actions' intents reached the lake, before its `runs` row, left only the journal.)
+    // `runs` is committed last by every writer, so the tables read after it hold at least the
+    // syncs it lists.
+    let first = ["runs", crate::load::lake::JOURNAL];
+    let marks = resolve_tables(&source, &first, true).await.map_err(failed)?;
+    if marks.tables.iter().all(|t| t.files.is_empty()) {
+        let _ = std::fs::remove_dir_all(&cache);
+        return Ok(None);
+    }
+    let mut others = crate::load::lake::committed_tables();
+    others.retain(|t| !first.contains(t));
+    let mut snapshot = resolve_tables(&source, &others, true).await.map_err(failed)?;
+    snapshot.tables.extend(marks.tables);
+    let (o, tables) = (out.clone(), snapshot.tables);
+    let mut report = blocking("restore", move || restore_tables(&o, &tables)).await?;
+    let _ = std::fs::remove_dir_all(&cache);
+    report.url = lake.url.clone();
+    report.organization = lake.org.clone();
+    tracing::warn!(
+        organization = %lake.org,
+        out = %out.root().display(),
+        runs = report.rows.get("runs").copied().unwrap_or_default(),
+        journal = report.rows.get(crate::load::lake::JOURNAL).copied().unwrap_or_default(),
+        "`--out` held no loaded run of the organization: restored its warehouse, runs ledger and action journal from the lake"
+    );
+    Ok(Some(report))
+}
+
+/// Inserts each table's lake files into the writer's warehouse, by column name, in one
+/// transaction, and publishes the warehouse (blocking: DuckDB).
+fn restore_tables(out: &crate::out::OutDir, tables: &[crate::query::lake::TableFiles]) -> Result<RestoreReport, Error> {
+    use crate::load::{warehouse, LoadError};
+    let conn = warehouse::open_writer(out)?;
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
+    let ident = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    let columns = |sql: &str, what: &str| -> Result<Vec<String>, LoadError> {
+        let mut stmt = conn.prepare(sql).map_err(|e| LoadError::db(format!("read the columns of {what}"), e))?;
+        let names = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| LoadError::db(format!("read the columns of {what}"), e))?;
+        Ok(names)
+    };
+    let mut report = RestoreReport {
+        url: String::new(),
+        organization: String::new(),
+        versions: Default::default(),
+        rows: Default::default(),
+    };
+    let insert = |report: &mut RestoreReport| -> Result<(), LoadError> {
+        for t in tables.iter().filter(|t| !t.files.is_empty()) {
+            let files: Vec<String> = t.files.iter().map(|f| quote(&f.display().to_string())).collect();
+            // Partition values are in the paths, not in the files: the files hold exactly the
+            // warehouse's columns (of the schema they were written at).
+            let source = format!("read_parquet([{}], union_by_name = true)", files.join(", "));
+            let in_lake = columns(&format!("SELECT column_name FROM (DESCRIBE SELECT * FROM {source})"), t.table)?;
+            let in_warehouse = columns(
+                &format!(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = {} ORDER BY ordinal_position",
+                    quote(t.table)
+                ),
+                t.table,
+            )?;
+            let common: Vec<String> = in_warehouse.iter().filter(|c| in_lake.contains(c)).map(|c| ident(c)).collect();
+            let list = common.join(", ");
+            let rows = conn
+                .execute(&format!("INSERT OR IGNORE INTO {} ({list}) SELECT {list} FROM {source}", t.table), [])
+                .map_err(|e| LoadError::db(format!("restore `{}` from the lake", t.table), e))?;
+            report.rows.insert(t.table.to_owned(), rows as u64);
+            report.versions.insert(t.table.to_owned(), t.version);
+        }
+        // What the warehouse's migrations give rows written before their columns existed.
+        conn.execute_batch(
+            "UPDATE runs SET warnings = 0 WHERE warnings IS NULL;\n\
+             UPDATE runs SET sync_mode = 'full' WHERE sync_mode IS NULL;",
+        )
+        .map_err(|e| LoadError::db("restore `runs` from the lake", e))
+    };
+    conn.execute_batch("BEGIN TRANSACTION").map_err(|e| LoadError::db("restore from the lake", e))?;
+    if let Err(e) = insert(&mut report) {
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(e.into());
+    }
+    conn.execute_batch("COMMIT").map_err(|e| LoadError::db("restore from the lake", e))?;
+    warehouse::publish(conn, out)?;
+    Ok(report)
 }
 
 /// The previous sync's lists from the warehouse, for a quick sync (blocking: DuckDB): from

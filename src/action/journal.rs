@@ -247,6 +247,26 @@ impl Journal {
         Ok(())
     }
 
+    /// Runs `f` on the journal with the intents of `rows` recorded in an open transaction, then
+    /// rolls them back: `f` sees (and can copy elsewhere) the journal as it will be once each of
+    /// these rows has its intent, and this journal is left as it was.
+    pub fn with_intents<T>(
+        &self,
+        run_id: &str,
+        file: &str,
+        rows: &[&ReviewedRow],
+        scope: &Scope,
+        f: impl FnOnce(&Connection) -> Result<T, ActionError>,
+    ) -> Result<T, ActionError> {
+        self.conn.execute_batch("BEGIN TRANSACTION").map_err(db("record the intents in the journal"))?;
+        let result =
+            rows.iter().try_for_each(|row| self.record_intent(run_id, file, row, scope)).and_then(|()| f(&self.conn));
+        let undone = self.conn.execute_batch("ROLLBACK").map_err(db("undo the intents in the journal"));
+        let value = result?;
+        undone?;
+        Ok(value)
+    }
+
     /// Removes an intent whose row was never sent (the run stopped while it waited to go out).
     pub fn forget_intent(&self, run_id: &str, row: &ReviewedRow) -> Result<(), ActionError> {
         self.conn

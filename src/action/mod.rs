@@ -409,12 +409,64 @@ pub async fn apply(
     client: &Client,
     stop: watch::Receiver<bool>,
 ) -> Result<ActionReport, ActionError> {
-    let run_id = crate::out::new_run_id();
-    let file_name = config.file.display().to_string();
+    let begun = begin(config, file)?;
+    send_all(begun, config, file, client, stop).await
+}
+
+/// An apply whose journal is open and whose rows are decided, before anything is sent.
+pub struct Begun {
+    run_id: String,
+    journal: Journal,
+    decisions: Vec<Decision>,
+}
+
+impl Begun {
+    /// Rows this apply will send, unless it is stopped first.
+    pub fn to_send(&self) -> usize {
+        self.decisions.iter().filter(|d| matches!(d, Decision::Send { .. })).count()
+    }
+
+    /// Runs `f` on the journal as it would be with the intent of every row about to be sent
+    /// recorded, then undoes those intents: how they reach a store that outlives `--out` (the
+    /// lake) before the first send, while this journal keeps recording each row's intent just
+    /// before it goes out.
+    pub fn with_intents<T>(
+        &self,
+        config: &ActionConfig,
+        file: &Reviewed,
+        f: impl FnOnce(&duckdb::Connection) -> Result<T, ActionError>,
+    ) -> Result<T, ActionError> {
+        let file_name = config.file.display().to_string();
+        let rows: Vec<&ReviewedRow> = file
+            .rows
+            .iter()
+            .zip(&self.decisions)
+            .filter(|(_, d)| matches!(d, Decision::Send { .. }))
+            .map(|(r, _)| r)
+            .collect();
+        self.journal.with_intents(&self.run_id, &file_name, &rows, &config.scope, f)
+    }
+}
+
+/// Opens the journal and decides every row (refusing more than `--max-rows`); sends nothing.
+pub fn begin(config: &ActionConfig, file: &Reviewed) -> Result<Begun, ActionError> {
     let journal = Journal::open(&config.out)?;
     let known = journal.known_all(&config.scope)?;
     let decisions = decide_all(config, file, Some(&known))?;
-    let to_send = decisions.iter().filter(|d| matches!(d, Decision::Send { .. })).count();
+    Ok(Begun { run_id: crate::out::new_run_id(), journal, decisions })
+}
+
+/// Sends the rows [`begin`] decided to send, recording each in the journal.
+pub async fn send_all(
+    begun: Begun,
+    config: &ActionConfig,
+    file: &Reviewed,
+    client: &Client,
+    stop: watch::Receiver<bool>,
+) -> Result<ActionReport, ActionError> {
+    let to_send = begun.to_send();
+    let Begun { run_id, journal, decisions } = begun;
+    let file_name = config.file.display().to_string();
     let approved: std::collections::HashSet<String> =
         file.rows.iter().filter(|r| r.approved).map(ReviewedRow::fingerprint).collect();
     let unresolved_intents: Vec<String> = journal

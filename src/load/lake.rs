@@ -57,10 +57,23 @@ pub struct LakeReport {
     pub conflicts_retried: u32,
 }
 
-/// Every table of the lake, in commit order: `runs` last, as the completion marker.
+/// Every table of the lake that `query --lake` reads, in commit order: `runs` last, as the
+/// completion marker.
 pub fn tables() -> Vec<&'static str> {
     let mut t = warehouse::exported_tables();
     t.extend(["action_results", "runs"]);
+    t
+}
+
+/// The action journal's lake table: what was sent, per organization, so that a run on a fresh
+/// `--out` restores it and sends nothing twice ([`crate::app`]'s restore).
+pub const JOURNAL: &str = "action_journal";
+
+/// Every table a load commits, in commit order: the journal first (after an actions stage, what
+/// was sent reaches the lake before anything else), then [`tables`], `runs` last.
+pub fn committed_tables() -> Vec<&'static str> {
+    let mut t = vec![JOURNAL];
+    t.extend(tables());
     t
 }
 
@@ -88,24 +101,39 @@ pub fn stage(out: &OutDir, org: &str, dir: &Path) -> Result<(), LoadError> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
     let conn = warehouse::open_writer(out)?;
-    for table in tables() {
-        let year = if partition_columns(table).contains(&"year") { ", year(date) AS year" } else { "" };
-        let file = dir.join(format!("{table}.parquet")).display().to_string().replace('\'', "''");
-        conn.execute_batch(&format!(
-            "COPY (SELECT '{org}' AS organization, *{year} FROM {table}) TO '{file}' (FORMAT parquet);"
-        ))
-        .map_err(|e| LoadError::db(format!("stage `{table}` for the lake"), e))?;
+    for table in committed_tables() {
+        stage_table(&conn, org, table, dir)?;
     }
     Ok(())
+}
+
+/// Stages this organization's rows of one table from `conn` as `dir/<table>.parquet`.
+pub fn stage_table(conn: &duckdb::Connection, org: &str, table: &str, dir: &Path) -> Result<(), LoadError> {
+    std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+    let year = if partition_columns(table).contains(&"year") { ", year(date) AS year" } else { "" };
+    let file = dir.join(format!("{table}.parquet")).display().to_string().replace('\'', "''");
+    conn.execute_batch(&format!(
+        "COPY (SELECT '{org}' AS organization, *{year} FROM {table}) TO '{file}' (FORMAT parquet);"
+    ))
+    .map_err(|e| LoadError::db(format!("stage `{table}` for the lake"), e))
 }
 
 fn read_batches(path: &Path) -> Result<Vec<RecordBatch>, LoadError> {
     let lake_err = |e: String| LoadError::Lake(format!("read `{}`: {e}", path.display()));
     let file = std::fs::File::open(path).map_err(io_err("open", path))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| lake_err(e.to_string()))?;
-    let schema = builder.schema().clone();
+    // Every column nullable, whatever the staged file declares: a table created from an
+    // organization with no rows (DuckDB declares such a file's columns required) would otherwise
+    // refuse the NULLs of the next organization's rows.
+    let schema = std::sync::Arc::new(deltalake::arrow::datatypes::Schema::new_with_metadata(
+        builder.schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+        builder.schema().metadata().clone(),
+    ));
     let reader = builder.build().map_err(|e| lake_err(e.to_string()))?;
-    let mut batches = reader.collect::<Result<Vec<_>, _>>().map_err(|e| lake_err(e.to_string()))?;
+    let mut batches = reader
+        .map(|b| b.and_then(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec())))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| lake_err(e.to_string()))?;
     // An empty table still commits: its schema creates the Delta table, and the overwrite
     // removes the organization's earlier rows.
     if batches.is_empty() {
@@ -189,10 +217,15 @@ async fn commit_table(
 
 /// Commits this organization's rows of every staged table to the lake, `runs` last.
 pub async fn commit(lake: &LakeConfig, staged: &Path) -> Result<LakeReport, LoadError> {
+    commit_tables(lake, staged, &committed_tables()).await
+}
+
+/// Commits this organization's rows of the named staged tables, one commit each, in order.
+pub async fn commit_tables(lake: &LakeConfig, staged: &Path, tables: &[&str]) -> Result<LakeReport, LoadError> {
     // S3 URLs are handled by delta-rs's AWS integration (standard AWS configuration).
     deltalake::aws::register_handlers(None);
     let mut report = LakeReport { url: lake.url.clone(), organization: lake.org.clone(), ..Default::default() };
-    for table in tables() {
+    for &table in tables {
         let batches = read_batches(&staged.join(format!("{table}.parquet")))?;
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         let version = commit_table(lake, table, batches, &mut report).await?;
@@ -214,7 +247,11 @@ mod tests {
         let t = tables();
         assert_eq!(t.last(), Some(&"runs"), "the completion marker goes last");
         assert_eq!(t.len(), 9, "{t:?}");
-        for table in t {
+        let committed = committed_tables();
+        assert_eq!(committed.last(), Some(&"runs"), "the completion marker goes last");
+        assert_eq!(committed.len(), 10, "the journal too: {committed:?}");
+        assert_eq!(committed[0], JOURNAL, "what was sent is committed first");
+        for table in committed {
             assert_eq!(partition_columns(table)[0], "organization");
         }
         assert_eq!(partition_columns("content_daily"), ["organization", "year"]);

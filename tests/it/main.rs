@@ -13,4 +13,5 @@ mod moto;
 mod pacing;
 mod quick;
 mod readme;
+mod restore;
 mod util;

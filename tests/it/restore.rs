@@ -1,0 +1,227 @@
+//! Workers whose `--out` does not last: with `--lake`, a run on an empty `--out` restores its
+//! organization's warehouse, runs ledger and action journal from the lake before it sends
+//! anything. Through the real binary, with a fresh `--out` for every run.
+
+use std::path::{Path, PathBuf};
+
+use creator_etl::api::models::{ApplicationStatus, SaleStatus};
+use creator_etl::emulator::{org_key, EmulatorConfig, PayoutKind, MAIN_ORG};
+
+use crate::util::{assert_exit, run_bin, show, TestEmu, FULL_KEY};
+
+const HEADER: &str =
+    "action,approved,sale_id,creator_payout_uuid,total,commission,customer_email,status,reviewer,note,row_id";
+
+/// The main organization (sales and payouts to correct) and one numbered organization.
+fn emulator() -> TestEmu {
+    let mut cfg = EmulatorConfig::for_tests(40);
+    cfg.data.organizations = 1;
+    cfg.data.org_applications = 60;
+    TestEmu::start(cfg)
+}
+
+/// A reviewed file for the main organization: two sale corrections and a payout mark approved,
+/// one correction not approved. Returns the file and the approved rows' targets.
+fn reviewed(emu: &TestEmu, dir: &Path) -> (PathBuf, Vec<String>, String) {
+    let sales: Vec<i64> = emu
+        .state
+        .sales()
+        .into_iter()
+        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
+        .map(|s| s.id)
+        .collect();
+    let due = emu.state.payouts().into_iter().find(|p| p.kind == PayoutKind::DueCredit && p.org == MAIN_ORG).unwrap();
+    let rows = [
+        format!("update_sale,yes,{},,5000,,,,ann,,r1", sales[0]),
+        format!("update_sale,yes,{},,,123,,,ann,,r2", sales[1]),
+        format!("mark_payout,yes,,{},,,,,ann,,r3", due.uuid),
+        format!("update_sale,yes,{},,4200,,,,ann,,r4", sales[2]),
+        format!("update_sale,no,{},,1,,,,,,r5", sales[3]),
+    ];
+    let path = dir.join("reviewed.csv");
+    std::fs::write(&path, format!("{HEADER}\n{}\n", rows.join("\n"))).unwrap();
+    let approved = vec![sales[0].to_string(), sales[1].to_string(), due.uuid.clone(), sales[2].to_string()];
+    (path, approved, sales[3].to_string())
+}
+
+/// `fleet run` of both organizations into `out`, the main one with the reviewed file.
+fn fleet_run(emu: &TestEmu, dir: &Path, out: &Path, lake: &str, actions: &Path) -> std::process::Output {
+    let config = dir.join("fleet.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[defaults]\nsince_days = 30\n\n[[organization]]\nname = \"main\"\nkey_env = \"KEY_MAIN\"\nactions = \"{}\"\n\n\
+             [[organization]]\nname = \"second\"\nkey_env = \"KEY_SECOND\"\n",
+            actions.display()
+        ),
+    )
+    .unwrap();
+    let args = [
+        "--base-url",
+        &emu.base_url,
+        "--out",
+        out.to_str().unwrap(),
+        "fleet",
+        "run",
+        "--config",
+        config.to_str().unwrap(),
+        "--lake",
+        lake,
+    ];
+    let second = org_key(1);
+    run_bin(dir, &args, &[("KEY_MAIN", FULL_KEY), ("KEY_SECOND", &second)])
+}
+
+/// Writes the emulator received per target.
+fn writes(emu: &TestEmu, target: &str) -> usize {
+    emu.state.writes().iter().filter(|w| w.target == target).count()
+}
+
+/// A SQL query over the whole lake, as CSV lines (header first).
+fn lake_query(dir: &Path, lake: &str, sql: &str) -> Vec<String> {
+    let file = dir.join("q.sql");
+    std::fs::write(&file, format!("{sql}\n")).unwrap();
+    let out = dir.join("query-out");
+    let args = ["--out", out.to_str().unwrap(), "query", file.to_str().unwrap(), "--lake", lake, "--format", "csv"];
+    let o = run_bin(dir, &args, &[]);
+    assert_exit(&args, &o, 0);
+    String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect()
+}
+
+/// Each run of a fleet on a fresh `--out` (an `emptyDir`, another shard): every approved row
+/// is sent once in all, the lake keeps both runs' history, ledger and results, and the second
+/// run is a quick sync on the restored snapshot.
+#[test]
+fn a_fleet_on_a_fresh_out_each_time_sends_each_row_once_and_keeps_the_history() {
+    let emu = emulator();
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let (file, approved, not_approved) = reviewed(&emu, dir.path());
+
+    let o = fleet_run(&emu, dir.path(), &dir.path().join("out-1"), &lake, &file);
+    assert_exit(&[], &o, 0);
+    for target in &approved {
+        assert_eq!(writes(&emu, target), 1, "{target}: sent by the first run\n{}", show(&[], &o));
+    }
+    // An application changes status between the runs: the history must keep both.
+    let moved = emu
+        .state
+        .applications(MAIN_ORG)
+        .into_iter()
+        .find(|a| a.status == ApplicationStatus::Pending)
+        .expect("a pending application")
+        .id;
+    assert!(emu.state.set_application_status(moved, ApplicationStatus::Accepted));
+
+    let o = fleet_run(&emu, dir.path(), &dir.path().join("out-2"), &lake, &file);
+    assert_exit(&[], &o, 0);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("restored"), "the restore is logged\n{}", show(&[], &o));
+    for target in &approved {
+        assert_eq!(writes(&emu, target), 1, "{target}: not sent again by the second run\n{}", show(&[], &o));
+    }
+    assert_eq!(writes(&emu, &not_approved), 0);
+
+    // Both runs of each organization in the lake's ledger, the second a quick sync.
+    let runs = lake_query(
+        dir.path(),
+        &lake,
+        "SELECT organization, sync_mode, report_json IS NOT NULL AS report FROM runs ORDER BY organization, finished_at",
+    );
+    assert_eq!(
+        runs,
+        ["organization,sync_mode,report", "main,full,true", "main,quick,true", "second,full,true", "second,quick,true"],
+        "{runs:?}"
+    );
+    // The history has the application's first status, closed, and its new one.
+    let history = lake_query(
+        dir.path(),
+        &lake,
+        &format!(
+            "SELECT status, valid_to IS NULL AS open FROM application_status_history \
+             WHERE organization = 'main' AND id = {moved} ORDER BY valid_from"
+        ),
+    );
+    assert_eq!(history, ["status,open", "pending,false", "accepted,true"]);
+    let apps = emu.state.applications(MAIN_ORG).len();
+    let counts = lake_query(
+        dir.path(),
+        &lake,
+        "SELECT (SELECT count(*) FROM application_status_history WHERE organization = 'main') AS history, \
+         (SELECT count(DISTINCT run_id) FROM action_results WHERE organization = 'main') AS action_runs",
+    );
+    assert_eq!(counts, ["history,action_runs".to_owned(), format!("{},2", apps + 1)]);
+}
+
+/// The actions' intents reach the lake before anything is sent, and their outcomes before the
+/// other tables: a run that dies during its lake commit, and one that dies right after its first
+/// intent, on `--out`s that are then lost, are followed by runs that send each row once in all.
+#[test]
+fn a_run_killed_on_a_lost_out_is_followed_by_no_second_send() {
+    let emu = emulator();
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let (file, approved, _) = reviewed(&emu, dir.path());
+    let run = |out: &str, crash: Option<&str>| {
+        let out = dir.path().join(out);
+        let args = [
+            "--base-url",
+            &emu.base_url,
+            "--out",
+            out.to_str().unwrap(),
+            "run",
+            "--since-days",
+            "30",
+            "--lake",
+            &lake,
+            "--org",
+            "main",
+            "--actions",
+            file.to_str().unwrap(),
+        ];
+        let mut envs = vec![("CREATOR_API_KEY", FULL_KEY)];
+        envs.extend(crash.map(|c| ("CREATOR_ETL_CRASH_AT", c)));
+        (run_bin(dir.path(), &args, &envs), args.map(str::to_owned))
+    };
+
+    // Every row sent, then killed after the lake's first commit: the journal is in the lake,
+    // the sync's tables and `runs` are not.
+    let (o, args) = run("out-1", Some("lake-after-first-table"));
+    assert!(!o.status.success(), "{}", show(&args.each_ref().map(String::as_str), &o));
+    for target in &approved {
+        assert_eq!(writes(&emu, target), 1, "{target}");
+    }
+    let (o, args) = run("out-2", None);
+    assert_exit(&args.each_ref().map(String::as_str), &o, 0);
+    for target in &approved {
+        assert_eq!(writes(&emu, target), 1, "{target}: the restored journal says it was applied\n{}", show(&[], &o));
+    }
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(report["restored"]["rows"]["action_journal"].as_u64().unwrap() >= 4, "{}", report["restored"]);
+
+    // A new file of rows never sent; killed right after the first row's intent, before it went
+    // out. The next run on another fresh `--out` sends each row once.
+    let sales: Vec<i64> = emu
+        .state
+        .sales()
+        .into_iter()
+        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
+        .map(|s| s.id)
+        .collect();
+    let fresh = [sales[4], sales[5], sales[6]];
+    let rows: Vec<String> = fresh.iter().map(|s| format!("update_sale,yes,{s},,3100,,,,ann,,n{s}")).collect();
+    std::fs::write(&file, format!("{HEADER}\n{}\n", rows.join("\n"))).unwrap();
+    let (o, args) = run("out-3", Some("actions-after-intent"));
+    assert!(!o.status.success(), "{}", show(&args.each_ref().map(String::as_str), &o));
+    for s in fresh {
+        assert_eq!(writes(&emu, &s.to_string()), 0, "nothing sent before the crash");
+    }
+    let (o, args) = run("out-4", None);
+    assert_exit(&args.each_ref().map(String::as_str), &o, 0);
+    for s in fresh {
+        assert_eq!(writes(&emu, &s.to_string()), 1, "sale {s}: sent once\n{}", show(&[], &o));
+    }
+    for target in &approved {
+        assert_eq!(writes(&emu, target), 1, "{target}");
+    }
+}
