@@ -1,6 +1,7 @@
 //! Runs a parsed command line: validate, then act. Returns the exit code of a run that finished,
 //! or an [`Error`] whose [`exit_code`](Error::exit_code) says how it failed.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 
 use serde::Serialize;
@@ -221,43 +222,69 @@ pub struct RestoreReport {
     pub versions: std::collections::BTreeMap<String, u64>,
     /// Rows restored per table.
     pub rows: std::collections::BTreeMap<String, u64>,
+    /// Why: the `--out` held no loaded run, or the lake holds runs it has not loaded.
+    pub why: String,
 }
 
-/// Whether the writer's warehouse in `out` has loaded a run (blocking: DuckDB).
-fn has_loaded_run(out: &crate::out::OutDir) -> Result<bool, Error> {
+/// The runs the writer's warehouse in `out` has loaded (blocking: DuckDB); none without one.
+fn loaded_runs(out: &crate::out::OutDir) -> Result<BTreeSet<String>, Error> {
     use crate::load::warehouse;
     if !warehouse::writer_path(out).exists() && !warehouse::published_path(out).exists() {
-        return Ok(false);
+        return Ok(BTreeSet::new());
     }
     let conn = warehouse::open_writer(out)?;
-    let runs: i64 = conn
-        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+    let mut stmt = conn.prepare("SELECT run_id FROM runs").map_err(|e| crate::load::LoadError::db("read `runs`", e))?;
+    let runs = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .and_then(|rows| rows.collect::<Result<BTreeSet<_>, _>>())
         .map_err(|e| crate::load::LoadError::db("read `runs`", e))?;
-    Ok(runs > 0)
+    Ok(runs)
 }
 
-/// Restores the organization's rows of every lake table into the writer's warehouse, when
-/// `out` has loaded no run and the lake's `runs` or `action_journal` has rows of the
-/// organization; `None` when there is nothing to restore. The caller holds the `--out` lock.
+/// The run ids in the lake's `runs` files of one organization (blocking: DuckDB in memory).
+fn lake_runs(files: &[std::path::PathBuf]) -> Result<BTreeSet<String>, Error> {
+    let db = |e: duckdb::Error| crate::load::LoadError::db("read the lake's `runs`", e);
+    if files.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let conn = duckdb::Connection::open_in_memory().map_err(db)?;
+    crate::load::warehouse::no_downloads(&conn).map_err(db)?;
+    let list: Vec<String> =
+        files.iter().map(|f| format!("'{}'", f.display().to_string().replace('\'', "''"))).collect();
+    let mut stmt = conn
+        .prepare(&format!("SELECT run_id FROM read_parquet([{}], union_by_name = true)", list.join(", ")))
+        .map_err(db)?;
+    let runs = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .and_then(|rows| rows.collect::<Result<BTreeSet<_>, _>>())
+        .map_err(db)?;
+    Ok(runs)
+}
+
+/// Restores the organization's state from the lake into the writer's warehouse when `out`
+/// does not have it: when `out` has loaded no run while the lake's `runs` or `action_journal`
+/// has rows of the organization, or when the lake's `runs` lists a run that `out` has not loaded
+/// (another `--out` synced the organization since, as when shards are changed and changed
+/// back). `None` when there is nothing to restore. The caller holds the `--out` lock.
 ///
-/// Columns are matched by name: a lake file written at an older schema restores with the
-/// missing columns NULL (as the warehouse's migrations leave them), and a column this version
-/// does not know is left out. Everything is inserted in one transaction, so a restore that
-/// fails leaves the warehouse as it was and the next run restores again.
+/// The lake's rows replace the warehouse's tables and ledger; the journal and the actions'
+/// results are merged (a row of either kept), so no record of a write is lost. Columns are
+/// matched by name: a lake file written at an older schema restores with the missing columns
+/// NULL (as the warehouse's migrations leave them), and a column this version does not know is
+/// left out. It all happens in one transaction, so a restore that fails leaves the warehouse as
+/// it was, and the next run restores again.
 async fn restore_from_lake(
     out: &crate::out::OutDir,
     lake: &crate::load::lake::LakeConfig,
 ) -> Result<Option<RestoreReport>, Error> {
     use crate::query::lake::{resolve_tables, LakeSource};
     let o = out.clone();
-    if blocking("restore check", move || has_loaded_run(&o)).await? {
-        return Ok(None);
-    }
+    let local = blocking("restore check", move || loaded_runs(&o)).await?;
     let cache = out.root().join(".lake-restore");
     let source = LakeSource { url: lake.url.clone(), org: Some(lake.org.clone()), cache: cache.clone() };
     let failed = |e: crate::query::QueryError| {
         crate::load::LoadError::Lake(format!(
-            "cannot restore organization `{}` from `{}` into the empty `{}`: {e}",
+            "cannot restore organization `{}` from `{}` into `{}`: {e}",
             lake.org,
             lake.url,
             out.root().display()
@@ -269,17 +296,30 @@ async fn restore_from_lake(
     // syncs it lists.
     let first = ["runs", crate::load::lake::JOURNAL];
     let marks = resolve_tables(&source, &first, true).await.map_err(failed)?;
-    if marks.tables.iter().all(|t| t.files.is_empty()) {
-        let _ = std::fs::remove_dir_all(&cache);
-        return Ok(None);
-    }
+    let runs_files: Vec<std::path::PathBuf> =
+        marks.tables.iter().filter(|t| t.table == "runs").flat_map(|t| t.files.clone()).collect();
+    let why = if local.is_empty() {
+        if marks.tables.iter().all(|t| t.files.is_empty()) {
+            return Ok(None);
+        }
+        "`--out` held no loaded run of the organization".to_owned()
+    } else {
+        let in_lake = blocking("restore check", move || lake_runs(&runs_files)).await?;
+        let unseen: Vec<&String> = in_lake.difference(&local).collect();
+        match unseen.last() {
+            None => return Ok(None),
+            Some(last) => format!(
+                "the lake holds {} run(s) of the organization that `--out` has not loaded (the last `{last}`): another `--out` synced it since",
+                unseen.len()
+            ),
+        }
+    };
     let mut others = crate::load::lake::committed_tables();
     others.retain(|t| !first.contains(t));
     let mut snapshot = resolve_tables(&source, &others, true).await.map_err(failed)?;
     snapshot.tables.extend(marks.tables);
     let (o, tables) = (out.clone(), snapshot.tables);
     let mut report = blocking("restore", move || restore_tables(&o, &tables)).await?;
-    let _ = std::fs::remove_dir_all(&cache);
     report.url = lake.url.clone();
     report.organization = lake.org.clone();
     tracing::warn!(
@@ -287,8 +327,9 @@ async fn restore_from_lake(
         out = %out.root().display(),
         runs = report.rows.get("runs").copied().unwrap_or_default(),
         journal = report.rows.get(crate::load::lake::JOURNAL).copied().unwrap_or_default(),
-        "`--out` held no loaded run of the organization: restored its warehouse, runs ledger and action journal from the lake"
+        "{why}: restored its warehouse, runs ledger and action journal from the lake"
     );
+    report.why = why;
     Ok(Some(report))
 }
 
@@ -312,9 +353,20 @@ fn restore_tables(out: &crate::out::OutDir, tables: &[crate::query::lake::TableF
         organization: String::new(),
         versions: Default::default(),
         rows: Default::default(),
+        why: String::new(),
     };
     let insert = |report: &mut RestoreReport| -> Result<(), LoadError> {
-        for t in tables.iter().filter(|t| !t.files.is_empty()) {
+        for t in tables {
+            // What the lake holds of the organization is its state; a record of a write is
+            // never dropped.
+            let merged = [crate::load::lake::JOURNAL, "action_results"].contains(&t.table);
+            if !merged {
+                conn.execute(&format!("DELETE FROM {}", t.table), [])
+                    .map_err(|e| LoadError::db(format!("restore `{}` from the lake", t.table), e))?;
+            }
+            if t.files.is_empty() {
+                continue;
+            }
             let files: Vec<String> = t.files.iter().map(|f| quote(&f.display().to_string())).collect();
             // Partition values are in the paths, not in the files: the files hold exactly the
             // warehouse's columns (of the schema they were written at).

@@ -12,6 +12,11 @@
 //!   row changes or the operator applies with `--retry-failed`;
 //! - failed transiently, or never seen: sent.
 //!
+//! With `--lake`, the journal is also a lake table: a `run` commits the intents of the rows it is
+//! about to send there before the first send ([`Journal::with_intents`]), and the outcomes with
+//! the lake commit after the stage. A run on another `--out` restores it, so a row sent from a
+//! lost `--out` is done, or interrupted, there too: never new.
+//!
 //! Rows are identified by their fingerprint (action, target and normalised fields) *within a
 //! scope*: the service (base URL) and the key's fingerprint (never the key). The same file applied
 //! to another service, or with another organization's key, is a different set of writes. Journal

@@ -8,8 +8,10 @@
 //! `organization = '<org>'`: exactly that organization's rows are replaced, atomically, and
 //! every other organization's rows stay. Tables are partitioned by `organization` (and
 //! `content_daily` and `wow_deltas` also by `year`), so organizations' commits touch disjoint
-//! files. `runs` is committed last: its row for a run is the marker that the organization's sync
-//! is complete.
+//! files. `action_journal` is committed first (what an actions stage sent reaches the lake before
+//! anything else) and `runs` last: its row for a run is the marker that the organization's sync
+//! is complete. A run on an `--out` without the organization's state restores it from these
+//! tables ([`crate::app`]).
 //!
 //! Concurrency is Delta's own: commits are atomic and conflicts are detected by the Delta log
 //! (on S3 through conditional writes). A commit that conflicts (two writers creating a table,

@@ -89,26 +89,47 @@ fn block(heading: &str, lang: &str) -> String {
 }
 
 /// The Kubernetes CronJob is valid YAML of an indexed Job whose shard comes from the completion
-/// index, and the Airflow DAG is valid Python that maps one task per shard.
+/// index, and the Airflow DAG is valid Python that maps one task per shard. In both, `--out`
+/// lasts from one run to the next: in Kubernetes a directory per completion index on a
+/// persistent claim, never an `emptyDir`; in Airflow a directory per shard under `OUT_ROOT`, not
+/// a temporary one.
 #[test]
 fn the_fleet_scheduling_snippets_parse() {
     let heading = "### Across machines: `--shard I/N`";
     let yaml = block(heading, "yaml");
     let python = block(heading, "python");
     let check = r#"
-import ast, sys, yaml
-doc = yaml.safe_load(open(sys.argv[1]))
-assert doc["kind"] == "CronJob", doc["kind"]
+import ast, re, sys, yaml
+docs = {d["kind"]: d for d in yaml.safe_load_all(open(sys.argv[1]))}
+doc = docs["CronJob"]
 job = doc["spec"]["jobTemplate"]["spec"]
 assert job["completionMode"] == "Indexed"
 n = job["completions"]
-args = job["template"]["spec"]["containers"][0]["args"]
+pod = job["template"]["spec"]
+container = pod["containers"][0]
+args = container["args"]
 assert f"--shard=$(JOB_COMPLETION_INDEX)/{n}" in args, args
 assert args[args.index("fleet") + 1] == "run"
+# `--out` is a mount of a persistent claim, one directory per completion index.
+out = next(a.split("=", 1)[1] for a in args if a.startswith("--out="))
+mount = next(m for m in container["volumeMounts"] if m["mountPath"] == out)
+volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+assert "emptyDir" not in volume, volume
+claim = docs["PersistentVolumeClaim"]
+assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"], volume
+assert "ReadWriteMany" in claim["spec"]["accessModes"], claim
+var = re.fullmatch(r"shard-\$\((\w+)\)", mount["subPathExpr"]).group(1)
+env = next(e for e in container["env"] if e["name"] == var)
+field = env["valueFrom"]["fieldRef"]["fieldPath"]
+assert field == "metadata.annotations['batch.kubernetes.io/job-completion-index']", field
 tree = ast.parse(open(sys.argv[2]).read())
 src = open(sys.argv[2]).read()
 assert any(isinstance(n, ast.Attribute) and n.attr == "expand" for n in ast.walk(tree))
 assert "--shard {i}/{SHARDS}" in src
+roots = [n.value.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+         and any(getattr(t, "id", None) == "OUT_ROOT" for t in n.targets)]
+assert len(roots) == 1 and roots[0].startswith("/") and not roots[0].startswith("/tmp"), roots
+assert "--out {OUT_ROOT}/shard-{i}" in src
 print("ok")
 "#;
     let dir = tempfile::tempdir().unwrap();
@@ -125,7 +146,7 @@ print("ok")
     // The command line inside them parses.
     for line in [
         "creator-etl --out=/data fleet run --config=/etc/creator-etl/fleet.toml --lake=s3://a/b --shard=3/4 --max-duration=50m --metrics-file=/data/fleet.prom",
-        "creator-etl --out /data/shard-0 fleet run --config /etc/creator-etl/fleet.toml --shard 0/4 --max-duration 50m",
+        "creator-etl --out /mnt/creator-etl/shard-0 fleet run --config /etc/creator-etl/fleet.toml --shard 0/4 --max-duration 50m",
     ] {
         let args: Vec<&str> = line.split_whitespace().collect();
         Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{line}: {e}"));

@@ -72,6 +72,37 @@ fn fleet_run(emu: &TestEmu, dir: &Path, out: &Path, lake: &str, actions: &Path) 
     run_bin(dir, &args, &[("KEY_MAIN", FULL_KEY), ("KEY_SECOND", &second)])
 }
 
+/// `run` of the main organization into `dir/out` with the reviewed file, optionally crashing at
+/// a named point; returns the output and the arguments.
+fn run_main(
+    emu: &TestEmu,
+    dir: &Path,
+    lake: &str,
+    out: &str,
+    file: &Path,
+    crash: Option<&str>,
+) -> (std::process::Output, [String; 13]) {
+    let out = dir.join(out);
+    let args = [
+        "--base-url",
+        &emu.base_url,
+        "--out",
+        out.to_str().unwrap(),
+        "run",
+        "--since-days",
+        "30",
+        "--lake",
+        lake,
+        "--org",
+        "main",
+        "--actions",
+        file.to_str().unwrap(),
+    ];
+    let mut envs = vec![("CREATOR_API_KEY", FULL_KEY)];
+    envs.extend(crash.map(|c| ("CREATOR_ETL_CRASH_AT", c)));
+    (run_bin(dir, &args, &envs), args.map(str::to_owned))
+}
+
 /// Writes the emulator received per target.
 fn writes(emu: &TestEmu, target: &str) -> usize {
     emu.state.writes().iter().filter(|w| w.target == target).count()
@@ -162,27 +193,7 @@ fn a_run_killed_on_a_lost_out_is_followed_by_no_second_send() {
     let dir = tempfile::tempdir().unwrap();
     let lake = format!("file://{}", dir.path().join("lake").display());
     let (file, approved, _) = reviewed(&emu, dir.path());
-    let run = |out: &str, crash: Option<&str>| {
-        let out = dir.path().join(out);
-        let args = [
-            "--base-url",
-            &emu.base_url,
-            "--out",
-            out.to_str().unwrap(),
-            "run",
-            "--since-days",
-            "30",
-            "--lake",
-            &lake,
-            "--org",
-            "main",
-            "--actions",
-            file.to_str().unwrap(),
-        ];
-        let mut envs = vec![("CREATOR_API_KEY", FULL_KEY)];
-        envs.extend(crash.map(|c| ("CREATOR_ETL_CRASH_AT", c)));
-        (run_bin(dir.path(), &args, &envs), args.map(str::to_owned))
-    };
+    let run = |out: &str, crash: Option<&str>| run_main(&emu, dir.path(), &lake, out, &file, crash);
 
     // Every row sent, then killed after the lake's first commit: the journal is in the lake,
     // the sync's tables and `runs` are not.
@@ -224,4 +235,47 @@ fn a_run_killed_on_a_lost_out_is_followed_by_no_second_send() {
     for target in &approved {
         assert_eq!(writes(&emu, target), 1, "{target}");
     }
+}
+
+/// An `--out` that fell behind (its organization was synced from another `--out` meanwhile, as
+/// when shards are changed and changed back) takes the lake's state before it sends anything:
+/// a row the other `--out` applied is not sent again, and the lake's ledger keeps every run.
+#[test]
+fn an_out_that_fell_behind_takes_the_lakes_state_first() {
+    let emu = emulator();
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let (file, approved, _) = reviewed(&emu, dir.path());
+    let show_run = |o: &(std::process::Output, [String; 13])| show(&o.1.each_ref().map(String::as_str), &o.0);
+
+    let first = run_main(&emu, dir.path(), &lake, "out-a", &file, None);
+    assert_eq!(first.0.status.code(), Some(0), "{}", show_run(&first));
+    // Another `--out` syncs the organization, with one more row.
+    let sale = emu
+        .state
+        .sales()
+        .into_iter()
+        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
+        .map(|s| s.id)
+        .nth(7)
+        .unwrap();
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str(&format!("update_sale,yes,{sale},,2900,,,,ann,,r9\n"));
+    std::fs::write(&file, text).unwrap();
+    let second = run_main(&emu, dir.path(), &lake, "out-b", &file, None);
+    assert_eq!(second.0.status.code(), Some(0), "{}", show_run(&second));
+    assert_eq!(writes(&emu, &sale.to_string()), 1);
+
+    // Back on the first `--out`: it restores, and sends nothing again.
+    let third = run_main(&emu, dir.path(), &lake, "out-a", &file, None);
+    assert_eq!(third.0.status.code(), Some(0), "{}", show_run(&third));
+    assert_eq!(writes(&emu, &sale.to_string()), 1, "{}", show_run(&third));
+    let report: serde_json::Value = serde_json::from_slice(&third.0.stdout).unwrap();
+    let why = report["restored"]["why"].as_str().unwrap_or_default();
+    assert!(why.contains("has not loaded"), "{}", report["restored"]);
+    for target in &approved {
+        assert_eq!(writes(&emu, target), 1, "{target}");
+    }
+    let runs = lake_query(dir.path(), &lake, "SELECT count(*) AS n FROM runs WHERE organization = 'main'");
+    assert_eq!(runs, ["n", "3"]);
 }
