@@ -374,3 +374,39 @@ impl Journal {
 fn failed_for_good(status: i32) -> bool {
     (400..500).contains(&status) && ![401, 403, 408, 429].contains(&status)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intents_shown_to_a_copy_are_rolled_back_whatever_the_copy_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::new(dir.path());
+        let journal = Journal::open(&out).unwrap();
+        let file = super::super::reviewed::parse(
+            b"action,approved,sale_id,creator_payout_uuid,total,commission,customer_email,status,reviewer,note,row_id\n\
+              update_sale,yes,7001,,5000,,,,ann,,r1\nupdate_sale,yes,7002,,10,,,,ann,,r2\n",
+        )
+        .unwrap();
+        let scope = Scope::new("http://127.0.0.1:1/api", Some("key-00000001".into()));
+        let rows: Vec<&ReviewedRow> = file.rows.iter().collect();
+        let pending = journal
+            .with_intents("run-1", "f.csv", &rows, &scope, |conn| {
+                conn.query_row(
+                    "SELECT count(*) FROM action_journal WHERE outcome = 'pending' AND run_id = 'run-1'",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map_err(db("count"))
+            })
+            .unwrap();
+        assert_eq!(pending, 2, "the copy sees every intent");
+        assert!(journal.known_all(&scope).unwrap().is_empty(), "the journal is as it was");
+        let failed = journal.with_intents("run-2", "f.csv", &rows, &scope, |_| -> Result<(), ActionError> {
+            Err(ActionError::Journal { context: "copy", message: "the lake is down".into() })
+        });
+        assert!(failed.is_err());
+        assert!(journal.interrupted(&scope).unwrap().is_empty(), "a failed copy leaves no intent either");
+    }
+}

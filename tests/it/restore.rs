@@ -82,6 +82,19 @@ fn run_main(
     file: &Path,
     crash: Option<&str>,
 ) -> (std::process::Output, [String; 13]) {
+    let envs: Vec<(&str, &str)> = crash.map(|c| ("CREATOR_ETL_CRASH_AT", c)).into_iter().collect();
+    run_main_with(emu, dir, lake, out, file, &envs)
+}
+
+/// [`run_main`] with more environment variables.
+fn run_main_with(
+    emu: &TestEmu,
+    dir: &Path,
+    lake: &str,
+    out: &str,
+    file: &Path,
+    more: &[(&str, &str)],
+) -> (std::process::Output, [String; 13]) {
     let out = dir.join(out);
     let args = [
         "--base-url",
@@ -99,7 +112,7 @@ fn run_main(
         file.to_str().unwrap(),
     ];
     let mut envs = vec![("CREATOR_API_KEY", FULL_KEY)];
-    envs.extend(crash.map(|c| ("CREATOR_ETL_CRASH_AT", c)));
+    envs.extend_from_slice(more);
     (run_bin(dir, &args, &envs), args.map(str::to_owned))
 }
 
@@ -278,4 +291,79 @@ fn an_out_that_fell_behind_takes_the_lakes_state_first() {
     }
     let runs = lake_query(dir.path(), &lake, "SELECT count(*) AS n FROM runs WHERE organization = 'main'");
     assert_eq!(runs, ["n", "3"]);
+}
+
+/// A lake written by an older creator-etl (no `action_journal`, `runs` without the quick-sync
+/// columns) restores: the missing columns read as NULL, the restored run counts as a full sync
+/// of unknown scope, so the next sync is a full one, and the lake then gains the new columns.
+#[test]
+fn a_lake_written_at_an_older_schema_restores() {
+    use creator_etl::load::lake::{commit_tables, stage, tables, LakeConfig};
+    let emu = emulator();
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let old = dir.path().join("out-old");
+    let args = ["--base-url", &emu.base_url, "--out", old.to_str().unwrap(), "run", "--since-days", "30"];
+    let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+    assert_exit(&args, &o, 0);
+    // Its tables as an older creator-etl committed them.
+    let out = creator_etl::out::OutDir::new(&old);
+    let staged = dir.path().join("staged");
+    stage(&out, "main", &staged).unwrap();
+    let conn = creator_etl::load::warehouse::open_writer(&out).unwrap();
+    let runs = staged.join("runs.parquet");
+    conn.execute_batch(&format!(
+        "COPY (SELECT 'main' AS organization, * EXCLUDE (sync_mode, sync_scope, pages_verified, last_reconcile_at, \
+         counts_agree) FROM runs) TO '{}' (FORMAT parquet);",
+        runs.display()
+    ))
+    .unwrap();
+    drop(conn);
+    let config = LakeConfig { url: lake.clone(), org: "main".into() };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(commit_tables(&config, &staged, &tables())).unwrap();
+    assert!(!dir.path().join("lake/action_journal").exists());
+
+    let (file, approved, _) = reviewed(&emu, dir.path());
+    let (o, args) = run_main(&emu, dir.path(), &lake, "out-new", &file, None);
+    assert_exit(&args.each_ref().map(String::as_str), &o, 0);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["restored"]["rows"]["runs"], 1, "{}", report["restored"]);
+    assert!(report["restored"]["rows"]["applications"].as_u64().unwrap() > 0);
+    assert_eq!(
+        report["extract"]["sync"]["mode"], "full",
+        "no snapshot of a known scope: {}",
+        report["extract"]["sync"]
+    );
+    for target in &approved {
+        assert_eq!(writes(&emu, target), 1, "{target}");
+    }
+    let runs = lake_query(
+        dir.path(),
+        &lake,
+        "SELECT sync_mode, sync_scope IS NULL AS unknown_scope FROM runs WHERE organization = 'main' ORDER BY finished_at",
+    );
+    assert_eq!(runs, ["sync_mode,unknown_scope", "full,true", "full,false"]);
+}
+
+/// The same from an S3 lake (moto): a second run on a fresh `--out` restores, sends nothing
+/// again and is a quick sync.
+#[test]
+fn a_fresh_out_restores_from_an_s3_lake() {
+    let moto = crate::moto::Moto::start(&crate::demo::notebook_python(), "lake");
+    let envs: Vec<(&str, &str)> = moto.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let emu = emulator();
+    let dir = tempfile::tempdir().unwrap();
+    let lake = "s3://lake/creator-etl";
+    let (file, approved, _) = reviewed(&emu, dir.path());
+    let (o, args) = run_main_with(&emu, dir.path(), lake, "out-1", &file, &envs);
+    assert_exit(&args.each_ref().map(String::as_str), &o, 0);
+    let (o, args) = run_main_with(&emu, dir.path(), lake, "out-2", &file, &envs);
+    assert_exit(&args.each_ref().map(String::as_str), &o, 0);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["restored"]["rows"]["runs"], 1, "{}", report["restored"]);
+    assert_eq!(report["extract"]["sync"]["mode"], "quick", "{}", report["extract"]["sync"]);
+    for target in &approved {
+        assert_eq!(writes(&emu, target), 1, "{target}");
+    }
 }
