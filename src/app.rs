@@ -112,7 +112,7 @@ pub struct RunReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub actions: Option<ActionReport>,
     /// With `--lake`: the organization's state this run restored from the lake, because its
-    /// `--out` held no loaded run.
+    /// `--out` did not have it (no loaded run, or fewer than the lake).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restored: Option<RestoreReport>,
 }
@@ -141,9 +141,9 @@ pub async fn pipeline(
             None => None,
         }
     };
-    // An `--out` with no loaded run of the organization (a fresh volume, another shard) first
-    // takes the organization's state from the lake: its journal decides what the actions send,
-    // its `applications` and `runs` what the quick sync compares with.
+    // An `--out` without the organization's state (a fresh volume, another shard, or one the
+    // lake has moved past) first takes it from the lake: its journal decides what the actions
+    // send, its `applications` and `runs` what the quick sync compares with.
     let restored = match &load_config.lake {
         Some(lake) => {
             let _held = permit().await;
@@ -212,8 +212,8 @@ pub async fn pipeline(
     Ok(RunReport { extract: extracted, load: loaded, actions, restored })
 }
 
-/// What a run restored from the lake into an `--out` that held no loaded run of its
-/// organization.
+/// What a run restored from the lake into an `--out` that did not have its organization's
+/// state.
 #[derive(Clone, Debug, Serialize)]
 pub struct RestoreReport {
     pub url: String,
@@ -226,45 +226,50 @@ pub struct RestoreReport {
     pub why: String,
 }
 
-/// The runs the writer's warehouse in `out` has loaded (blocking: DuckDB); none without one.
-fn loaded_runs(out: &crate::out::OutDir) -> Result<BTreeSet<String>, Error> {
+/// The run ids of `runs` and of `action_journal` in the writer's warehouse in `out` (blocking:
+/// DuckDB); none without one.
+fn local_run_ids(out: &crate::out::OutDir) -> Result<[BTreeSet<String>; 2], Error> {
     use crate::load::warehouse;
     if !warehouse::writer_path(out).exists() && !warehouse::published_path(out).exists() {
-        return Ok(BTreeSet::new());
+        return Ok(Default::default());
     }
     let conn = warehouse::open_writer(out)?;
-    let mut stmt = conn.prepare("SELECT run_id FROM runs").map_err(|e| crate::load::LoadError::db("read `runs`", e))?;
-    let runs = stmt
-        .query_map([], |r| r.get::<_, String>(0))
-        .and_then(|rows| rows.collect::<Result<BTreeSet<_>, _>>())
-        .map_err(|e| crate::load::LoadError::db("read `runs`", e))?;
-    Ok(runs)
+    let ids = |table: &str| -> Result<BTreeSet<String>, Error> {
+        let read = |e: duckdb::Error| crate::load::LoadError::db(format!("read `{table}`"), e);
+        let mut stmt = conn.prepare(&format!("SELECT DISTINCT run_id FROM {table}")).map_err(read)?;
+        let ids = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .and_then(|rows| rows.collect::<Result<BTreeSet<_>, _>>())
+            .map_err(read)?;
+        Ok(ids)
+    };
+    Ok([ids("runs")?, ids(crate::load::lake::JOURNAL)?])
 }
 
-/// The run ids in the lake's `runs` files of one organization (blocking: DuckDB in memory).
-fn lake_runs(files: &[std::path::PathBuf]) -> Result<BTreeSet<String>, Error> {
-    let db = |e: duckdb::Error| crate::load::LoadError::db("read the lake's `runs`", e);
-    if files.is_empty() {
+/// The run ids in a lake table's files of one organization (blocking: DuckDB in memory).
+fn lake_run_ids(t: &crate::query::lake::TableFiles) -> Result<BTreeSet<String>, Error> {
+    let read = |e: duckdb::Error| crate::load::LoadError::db(format!("read the lake's `{}`", t.table), e);
+    if t.files.is_empty() {
         return Ok(BTreeSet::new());
     }
-    let conn = duckdb::Connection::open_in_memory().map_err(db)?;
-    crate::load::warehouse::no_downloads(&conn).map_err(db)?;
+    let conn = duckdb::Connection::open_in_memory().map_err(read)?;
+    crate::load::warehouse::no_downloads(&conn).map_err(read)?;
     let list: Vec<String> =
-        files.iter().map(|f| format!("'{}'", f.display().to_string().replace('\'', "''"))).collect();
+        t.files.iter().map(|f| format!("'{}'", f.display().to_string().replace('\'', "''"))).collect();
     let mut stmt = conn
-        .prepare(&format!("SELECT run_id FROM read_parquet([{}], union_by_name = true)", list.join(", ")))
-        .map_err(db)?;
-    let runs = stmt
+        .prepare(&format!("SELECT DISTINCT run_id FROM read_parquet([{}], union_by_name = true)", list.join(", ")))
+        .map_err(read)?;
+    let ids = stmt
         .query_map([], |r| r.get::<_, String>(0))
         .and_then(|rows| rows.collect::<Result<BTreeSet<_>, _>>())
-        .map_err(db)?;
-    Ok(runs)
+        .map_err(read)?;
+    Ok(ids)
 }
 
 /// Restores the organization's state from the lake into the writer's warehouse when `out`
 /// does not have it: when `out` has loaded no run while the lake's `runs` or `action_journal`
-/// has rows of the organization, or when the lake's `runs` lists a run that `out` has not loaded
-/// (another `--out` synced the organization since, as when shards are changed and changed
+/// has rows of the organization, or when either lists a run that `out` does not know (another
+/// `--out` synced the organization, or sent its actions, since: shards changed and changed
 /// back). `None` when there is nothing to restore. The caller holds the `--out` lock.
 ///
 /// The lake's rows replace the warehouse's tables and ledger; the journal and the actions'
@@ -279,7 +284,7 @@ async fn restore_from_lake(
 ) -> Result<Option<RestoreReport>, Error> {
     use crate::query::lake::{resolve_tables, LakeSource};
     let o = out.clone();
-    let local = blocking("restore check", move || loaded_runs(&o)).await?;
+    let [local_runs, local_journal] = blocking("restore check", move || local_run_ids(&o)).await?;
     let cache = out.root().join(".lake-restore");
     let source = LakeSource { url: lake.url.clone(), org: Some(lake.org.clone()), cache: cache.clone() };
     let failed = |e: crate::query::QueryError| {
@@ -296,20 +301,26 @@ async fn restore_from_lake(
     // syncs it lists.
     let first = ["runs", crate::load::lake::JOURNAL];
     let marks = resolve_tables(&source, &first, true).await.map_err(failed)?;
-    let runs_files: Vec<std::path::PathBuf> =
-        marks.tables.iter().filter(|t| t.table == "runs").flat_map(|t| t.files.clone()).collect();
-    let why = if local.is_empty() {
+    let why = if local_runs.is_empty() {
         if marks.tables.iter().all(|t| t.files.is_empty()) {
             return Ok(None);
         }
         "`--out` held no loaded run of the organization".to_owned()
     } else {
-        let in_lake = blocking("restore check", move || lake_runs(&runs_files)).await?;
-        let unseen: Vec<&String> = in_lake.difference(&local).collect();
+        let lake_tables = marks.tables.clone();
+        let unseen = blocking("restore check", move || -> Result<BTreeSet<String>, Error> {
+            let mut unseen = BTreeSet::new();
+            for t in &lake_tables {
+                let local = if t.table == "runs" { &local_runs } else { &local_journal };
+                unseen.extend(lake_run_ids(t)?.difference(local).cloned());
+            }
+            Ok(unseen)
+        })
+        .await?;
         match unseen.last() {
             None => return Ok(None),
             Some(last) => format!(
-                "the lake holds {} run(s) of the organization that `--out` has not loaded (the last `{last}`): another `--out` synced it since",
+                "the lake holds {} run(s) of the organization that `--out` does not know (the last `{last}`): another `--out` synced it or sent its actions since",
                 unseen.len()
             ),
         }

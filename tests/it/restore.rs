@@ -285,12 +285,33 @@ fn an_out_that_fell_behind_takes_the_lakes_state_first() {
     assert_eq!(writes(&emu, &sale.to_string()), 1, "{}", show_run(&third));
     let report: serde_json::Value = serde_json::from_slice(&third.0.stdout).unwrap();
     let why = report["restored"]["why"].as_str().unwrap_or_default();
-    assert!(why.contains("has not loaded"), "{}", report["restored"]);
+    assert!(why.contains("does not know"), "{}", report["restored"]);
     for target in &approved {
         assert_eq!(writes(&emu, target), 1, "{target}");
     }
     let runs = lake_query(dir.path(), &lake, "SELECT count(*) AS n FROM runs WHERE organization = 'main'");
     assert_eq!(runs, ["n", "3"]);
+
+    // The other `--out` sends one more row and dies after committing its journal to the lake,
+    // before its `runs` row: the first `--out` still knows every run in `runs`, but not that
+    // write, and must not send it again.
+    let sale = emu
+        .state
+        .sales()
+        .into_iter()
+        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
+        .map(|s| s.id)
+        .nth(8)
+        .unwrap();
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str(&format!("update_sale,yes,{sale},,2800,,,,ann,,r10\n"));
+    std::fs::write(&file, text).unwrap();
+    let fourth = run_main(&emu, dir.path(), &lake, "out-b", &file, Some("lake-after-first-table"));
+    assert!(!fourth.0.status.success(), "{}", show_run(&fourth));
+    assert_eq!(writes(&emu, &sale.to_string()), 1);
+    let fifth = run_main(&emu, dir.path(), &lake, "out-a", &file, None);
+    assert_eq!(fifth.0.status.code(), Some(0), "{}", show_run(&fifth));
+    assert_eq!(writes(&emu, &sale.to_string()), 1, "{}", show_run(&fifth));
 }
 
 /// A lake written by an older creator-etl (no `action_journal`, `runs` without the quick-sync
