@@ -289,7 +289,7 @@ async fn restore_from_lake(
     let source = LakeSource { url: lake.url.clone(), org: Some(lake.org.clone()), cache: cache.clone() };
     let failed = |e: crate::query::QueryError| {
         crate::load::LoadError::Lake(format!(
-            "cannot restore organization `{}` from `{}` into `{}`: {e}",
+            "cannot read organization `{}`'s state from the lake `{}`, which a run reads before it sends anything (to restore `{}` if it is empty or behind): {e}",
             lake.org,
             lake.url,
             out.root().display()
