@@ -718,15 +718,13 @@ async fn locate_changes(
     read_in_full: &mut BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, quick::Located>, ExtractError> {
     let names: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
-    let whole_service = statuses.len() == ApplicationStatus::KNOWN.len();
     let per_page = u64::from(MAX_APPLICATIONS_PER_PAGE);
     let mut asked = std::collections::HashSet::new();
     loop {
         let in_full = read_in_full.keys().cloned().collect();
         let latest = crawl.landing.latest_statuses();
         let landing = &*crawl.landing;
-        let next =
-            quick::round(snapshot, &names, &|s| landing.page_views(s, 1), &latest, &in_full, whole_service, per_page);
+        let next = quick::round(snapshot, &names, &|s| landing.page_views(s, 1), &latest, &in_full, per_page);
         match next {
             quick::Round::Fetch(pages) => {
                 let mut wanted = vec![];

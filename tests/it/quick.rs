@@ -316,3 +316,40 @@ fn a_quick_sync_under_drift_completes_and_loses_nothing() {
         }
     }
 }
+
+/// Regression: over `--statuses pending,accepted,rejected`, Y moved from pending to accepted
+/// below page 1 while X left accepted for `pending_contract`, out of scope. Accepted's count
+/// did not move, so its deep pages were kept; Y was found leaving pending and on no page read,
+/// and the quick sync dropped it with `counts_agree: true` and no warning.
+#[test]
+fn a_quick_sync_over_a_subset_keeps_an_application_that_moved_where_another_left_the_scope() {
+    let emu = TestEmu::start(config(3_000));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let scope = ["--statuses", "pending,accepted,rejected"];
+    sync(&emu, &out, &scope);
+    // Deep in their lists: the oldest pending and accepted applications.
+    let oldest = |status: ApplicationStatus| {
+        let mut apps: Vec<_> = emu.state.applications(MAIN_ORG).into_iter().filter(|a| a.status == status).collect();
+        apps.sort_by_key(|a| a.applied_at);
+        apps[0].id
+    };
+    let (y, x) = (oldest(ApplicationStatus::Pending), oldest(ApplicationStatus::Accepted));
+    emu.state.set_application_status(y, ApplicationStatus::Accepted);
+    emu.state.set_application_status(x, ApplicationStatus::PendingContract);
+    let quick = sync(&emu, &out, &scope);
+    let s = &quick["extract"]["sync"];
+    assert_eq!(s["mode"], "quick", "{s}");
+    let got = warehouse(&out);
+    assert_eq!(got.get(&y).map(|(s, _)| s.as_str()), Some("accepted"), "Y is in the warehouse as accepted");
+    assert!(s["read_in_full"].as_object().unwrap().contains_key("accepted"), "{s}");
+    let in_scope: BTreeMap<i64, String> = statuses(&truth(&emu))
+        .into_iter()
+        .filter(|(_, st)| ["pending", "accepted", "rejected"].contains(&st.as_str()))
+        .collect();
+    let loaded = statuses(&got);
+    for (id, status) in &in_scope {
+        assert_eq!(loaded.get(id), Some(status), "application {id}");
+    }
+    assert_eq!(s["counts_agree"], true);
+}
