@@ -167,11 +167,12 @@ pub async fn pipeline(
             }
             None => crate::load::warehouse::check_writable(&writable)?,
         };
-        read_snapshot(&extract_config, writer.as_ref())
+        read_previous(&extract_config, writer.as_ref())
     })
     .await?;
     drop(held);
-    let extracted = crate::extract::run(config, client, stop.clone(), snapshot.as_ref()).await?;
+    let (config, snapshot) = snapshot;
+    let extracted = crate::extract::run(&config, client, stop.clone(), snapshot.as_ref()).await?;
     let lake = load_config.lake.clone();
     let out = load_config.out.clone();
     let held = permit().await;
@@ -415,25 +416,30 @@ fn restore_tables(out: &crate::out::OutDir, tables: &[crate::query::lake::TableF
     Ok(report)
 }
 
-/// The previous sync's lists from the warehouse, for a quick sync (blocking: DuckDB): from
-/// `writer` when the caller has it open, else from the freshest file read-only. A full sync
-/// compares with nothing.
-fn read_snapshot(
+/// What a sync takes from the warehouse before it sends anything (blocking: DuckDB): the
+/// previous sync's lists, for a quick sync (a full sync compares with nothing), and the last
+/// content day loaded, where incremental content starts. Read from `writer` when the caller has
+/// it open, else from the freshest file read-only. The extract config comes back with the cursor.
+fn read_previous(
     config: &ExtractConfig,
     writer: Option<&duckdb::Connection>,
-) -> Result<Option<crate::extract::Snapshot>, Error> {
-    if config.sync == SyncMode::Full {
-        return Ok(None);
-    }
+) -> Result<(ExtractConfig, Option<crate::extract::Snapshot>), Error> {
     let statuses: Vec<String> = config.statuses.iter().map(|s| s.to_string()).collect();
-    let snapshot = |conn: &duckdb::Connection| crate::load::warehouse::snapshot(conn, &statuses, config.campaign_id);
-    Ok(match writer {
-        Some(conn) => snapshot(conn)?,
+    let read = |conn: &duckdb::Connection| -> Result<_, Error> {
+        let snapshot = match config.sync {
+            SyncMode::Full => None,
+            _ => crate::load::warehouse::snapshot(conn, &statuses, config.campaign_id)?,
+        };
+        Ok((crate::load::warehouse::content_cursor(conn)?, snapshot))
+    };
+    let (content_cursor, snapshot) = match writer {
+        Some(conn) => read(conn)?,
         None => match crate::load::warehouse::open_latest_read_only(&config.out)? {
-            Some((conn, _)) => snapshot(&conn)?,
-            None => None,
+            Some((conn, _)) => read(&conn)?,
+            None => (None, None),
         },
-    })
+    };
+    Ok((ExtractConfig { content_cursor, ..config.clone() }, snapshot))
 }
 
 async fn run_all(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
@@ -556,7 +562,7 @@ async fn extract(args: &ExtractArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("extract")?;
     let extract_config = config.clone();
-    let snapshot = blocking("snapshot", move || read_snapshot(&extract_config, None)).await?;
+    let (config, snapshot) = blocking("warehouse", move || read_previous(&extract_config, None)).await?;
     let report = crate::extract::run(&config, &client, stop_signal(), snapshot.as_ref()).await?;
     print_json(&report)?;
     Ok(exit::OK)

@@ -586,7 +586,7 @@ pub struct ExtractArgs {
     /// Crawls of a status while its rows disagree with the service's count (drift)
     #[arg(long, default_value_t = crate::extract::DEFAULT_MAX_PASSES, value_name = "N")]
     pub max_passes: u32,
-    /// First day of content statistics (YYYY-MM-DD, UTC) [default: last extracted day minus
+    /// First day of content statistics (YYYY-MM-DD, UTC) [default: last loaded day minus
     /// --lookback-days, or --since-days ago on the first run]
     #[arg(long, value_name = "DATE")]
     pub from: Option<String>,
@@ -596,7 +596,7 @@ pub struct ExtractArgs {
     /// Days per content request
     #[arg(long, default_value_t = crate::extract::DEFAULT_WINDOW_DAYS, value_name = "N")]
     pub window_days: u32,
-    /// Days before the last extracted day that are fetched again, because recent days still change
+    /// Days before the last loaded day that are fetched again, because recent days still change
     #[arg(long, default_value_t = crate::extract::DEFAULT_LOOKBACK_DAYS, value_name = "N")]
     pub lookback_days: u32,
     /// How far back the first run goes
@@ -680,6 +680,8 @@ impl ExtractArgs {
             progress_bars: global.quiet == 0,
             sync,
             reconcile_every,
+            // Read from the warehouse's ledger just before the extract.
+            content_cursor: None,
         })
     }
 }

@@ -9,7 +9,6 @@
 //! OUT/raw/<run_id>/invocations/NNNN.json  request counters of each invocation
 //! OUT/raw/<run_id>/COMPLETE          present once the extract finished
 //! OUT/runs/<run_id>.json             the run report
-//! OUT/state/extract.json             incremental state (last extracted day)
 //! OUT/state/pacing-<id>.json         the pacer's memory per service and key (times only)
 //! OUT/state/warehouse.duckdb         the writer's warehouse (see `load::warehouse`)
 //! OUT/warehouse.duckdb               the readers' snapshot, replaced by a rename

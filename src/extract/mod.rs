@@ -118,6 +118,10 @@ pub struct ExtractConfig {
     pub sync: SyncMode,
     /// With `auto`: the longest time since the last full sync for a quick one.
     pub reconcile_every: Duration,
+    /// The last content day the warehouse has loaded (the caller reads it from the `runs`
+    /// ledger): incremental content starts there minus `lookback_days`. `None` before the
+    /// first load: `since_days` ago.
+    pub content_cursor: Option<NaiveDate>,
 }
 
 #[derive(Debug, Error)]
@@ -169,6 +173,7 @@ impl ExtractConfig {
             progress_bars: false,
             sync: SyncMode::Auto,
             reconcile_every: DEFAULT_RECONCILE_EVERY,
+            content_cursor: None,
         }
     }
 }
@@ -387,26 +392,11 @@ fn human_duration(s: u64) -> String {
     }
 }
 
-/// Incremental state kept between runs.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ExtractState {
-    /// Last day of content a completed run extracted.
-    pub content_last_day: Option<NaiveDate>,
-}
-
-fn state_path(out: &OutDir) -> PathBuf {
-    out.state_dir().join("extract.json")
-}
-
-pub fn read_state(out: &OutDir) -> ExtractState {
-    std::fs::read(state_path(out)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
-}
-
-/// The content range of a new run: explicit, or from the last extracted day minus the lookback
+/// The content range of a new run: explicit, or from the last loaded day minus the lookback
 /// (recent days still change), or the first run's `since_days`. `to` never passes today (UTC).
 pub fn content_range(config: &ExtractConfig, today: NaiveDate) -> (NaiveDate, NaiveDate) {
     let to = config.to.unwrap_or(today).min(today);
-    let from = config.from.unwrap_or_else(|| match read_state(&config.out).content_last_day {
+    let from = config.from.unwrap_or_else(|| match config.content_cursor {
         Some(last) => last - chrono::Duration::days(i64::from(config.lookback_days)),
         None => today - chrono::Duration::days(i64::from(config.since_days)),
     });
@@ -680,9 +670,6 @@ pub async fn run(
     }
     if report.status == "completed" {
         std::fs::write(dir.join("COMPLETE"), b"").map_err(io_err("write", &dir))?;
-        let mut state = read_state(&config.out);
-        state.content_last_day = Some(state.content_last_day.map_or(spec.to, |d| d.max(spec.to)));
-        write_json_atomic(&state_path(&config.out), &state)?;
         if let Some(keep) = config.keep_raw {
             prune_raw(&config.out, keep, &spec.run_id)?;
         }

@@ -377,6 +377,40 @@ fn last_run(conn: &Connection) -> duckdb::Result<Option<(String, Option<String>)
     .optional()
 }
 
+/// The last day of content the warehouse has loaded: the latest `content.to` of the runs in its
+/// ledger (each run's report is kept in `runs.report_json`). Incremental content starts there
+/// minus the lookback, so a day extracted by a run whose load failed is fetched again by the
+/// next run instead of being skipped. `None` before the first load.
+pub fn content_cursor(conn: &Connection) -> Result<Option<NaiveDate>, LoadError> {
+    let has_runs: bool = conn
+        .query_row("SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = 'runs'", [], |r| r.get(0))
+        .map_err(|e| LoadError::db("read the schema", e))?;
+    if !has_runs {
+        return Ok(None);
+    }
+    let mut stmt = conn
+        .prepare("SELECT run_id, report_json FROM runs WHERE report_json IS NOT NULL")
+        .map_err(|e| LoadError::db("read `runs`", e))?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .map_err(|e| LoadError::db("read `runs`", e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| LoadError::db("read `runs`", e))?;
+    let mut last = None;
+    for (run_id, json) in rows {
+        let to = serde_json::from_str::<serde_json::Value>(&json)
+            .ok()
+            .and_then(|v| v["content"]["to"].as_str().map(str::to_owned))
+            .and_then(|d| NaiveDate::parse_from_str(&d, "%Y-%m-%d").ok())
+            .ok_or_else(|| LoadError::Db {
+                context: "read `runs.report_json`".into(),
+                message: format!("the report of run `{run_id}` has no readable `content.to`"),
+            })?;
+        last = last.max(Some(to));
+    }
+    Ok(last)
+}
+
 /// The run the warehouse loaded last.
 pub fn latest_run(conn: &Connection) -> Result<Option<String>, LoadError> {
     Ok(last_run(conn).map_err(|e| LoadError::db("read `runs`", e))?.map(|(run_id, _)| run_id))

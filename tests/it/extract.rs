@@ -395,17 +395,27 @@ fn the_default_range_is_incremental_and_keep_raw_prunes() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let today = Utc::now().date_naive();
+    // The cursor moves with loads: an extract alone starts where the warehouse's last load ends.
+    let load = || {
+        let args = ["load", "--out", out.to_str().unwrap()];
+        assert_exit(&args, &run_bin(dir.path(), &args, &[]), 0);
+    };
     let o = extract(&emu, &out, &["--since-days", "30", "--statuses", "pending"]);
     assert_exit(&[], &o, 0);
     assert_eq!(report(&o).content.from, Some(today - Days::days(30)));
+    let o = extract(&emu, &out, &["--since-days", "30", "--statuses", "pending"]);
+    assert_exit(&[], &o, 0);
+    assert_eq!(report(&o).content.from, Some(today - Days::days(30)), "nothing was loaded yet");
+    load();
     for _ in 0..2 {
         let o = extract(&emu, &out, &["--statuses", "pending", "--lookback-days", "3", "--keep-raw", "2"]);
         assert_exit(&[], &o, 0);
         let rep = report(&o);
         assert_eq!((rep.content.from, rep.content.to), (Some(today - Days::days(3)), Some(today)));
+        load();
     }
     assert_eq!(std::fs::read_dir(out.join("raw")).unwrap().count(), 2, "--keep-raw 2 kept the newest two");
-    assert_eq!(std::fs::read_dir(out.join("runs")).unwrap().count(), 3, "reports are kept");
+    assert_eq!(std::fs::read_dir(out.join("runs")).unwrap().count(), 4, "reports are kept");
 }
 
 /// A run killed while it wrote its spec leaves a raw directory with only a temporary file: the

@@ -483,3 +483,47 @@ fn an_older_layouts_warehouse_is_adopted_with_its_data() {
     assert_eq!(count(&c, "SELECT count(*) FROM runs"), 3);
     assert!(out.join("state/warehouse.duckdb").exists());
 }
+
+/// Regression: the content cursor advanced when an extract completed, before its load. Loads
+/// that failed for longer than `--lookback-days` (here `--strict` against skewed totals) then
+/// made the next run start after days that were never loaded. The cursor is now the last
+/// content day the warehouse loaded, so the healing run fetches every missing day.
+#[test]
+fn content_days_of_runs_whose_load_failed_are_fetched_again() {
+    use creator_etl::emulator::OrgPolicy;
+    let emulator = |skewed: bool| {
+        let mut cfg = EmulatorConfig::for_tests(20);
+        cfg.data.organizations = 1;
+        cfg.data.org_applications = 50;
+        cfg.org_policies = [(1, OrgPolicy { skewed_totals: skewed, ..OrgPolicy::default() })].into();
+        TestEmu::start(cfg)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let today = chrono::Utc::now().date_naive();
+    let day = |ago: i64| (today - chrono::Duration::days(ago)).to_string();
+    let sync = |emu: &TestEmu, extra: &[&str], code: i32| {
+        let mut args = vec!["run", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "--since-days", "40"];
+        args.extend_from_slice(extra);
+        let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", "emu-org-1-key")]);
+        assert_exit(&args, &o, code);
+    };
+    let healthy = emulator(false);
+    sync(&healthy, &["--to", &day(30)], 0);
+    drop(healthy);
+    // Two runs whose extracts complete but whose loads fail, 20 days past the loaded ones.
+    let skewed = emulator(true);
+    sync(&skewed, &["--strict", "--to", &day(20)], 1);
+    sync(&skewed, &["--strict", "--to", &day(10)], 1);
+    drop(skewed);
+    let healthy = emulator(false);
+    sync(&healthy, &[], 0);
+    let c = db(&out);
+    let loaded: std::collections::BTreeSet<String> = {
+        let mut st = c.prepare("SELECT CAST(date AS VARCHAR) FROM content_daily WHERE metric = 'views'").unwrap();
+        st.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    let missing: Vec<String> = (0..=40).map(day).filter(|d| !loaded.contains(d)).collect();
+    let days = loaded.len();
+    assert!(missing.is_empty(), "{days} days loaded; missing: {missing:?}");
+}
