@@ -79,10 +79,9 @@ async fn load(args: &LoadArgs, global: &GlobalArgs) -> Result<u8, Error> {
         Some(id) => id.clone(),
         None => crate::load::latest_complete_run(&config.out)?,
     };
-    let report: Option<ExtractReport> =
-        std::fs::read(config.out.report_path(&run_id)).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let report = crate::load::extract_report(&config.out, &run_id)?;
     let (lake, out) = (config.lake.clone(), config.out.clone());
-    let mut loaded = load_blocking(config, run_id, report).await?;
+    let mut loaded = load_blocking(config, run_id, Some(report)).await?;
     if let Some(lake) = &lake {
         loaded.lake = Some(push_to_lake(&out, lake).await?);
     }

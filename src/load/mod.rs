@@ -61,6 +61,8 @@ pub enum LoadError {
     Lake(String),
     #[error("refusing to load run `{run_id}`: its landing holds {found} {what}, but its extract reported {reported}; the raw files under `raw/{run_id}/` are incomplete, so the warehouse keeps its previous data. Run `creator-etl extract --fresh` (or `run`) to fetch it again")]
     Shrunk { run_id: String, what: &'static str, found: u64, reported: u64 },
+    #[error("refusing to load run `{run_id}`: its run report `{path}` {problem}, so its landing cannot be checked against what the extract reported; the warehouse keeps its previous data. Run `creator-etl extract --fresh` (or `run`) to fetch it again")]
+    Report { run_id: String, path: String, problem: String },
     #[error("quick run `{run_id}` holds only what changed since run `{base}`, but the warehouse has loaded `{latest}` since; run `creator-etl run --sync full` (or extract again) instead of loading it")]
     StaleQuick { run_id: String, base: String, latest: String },
     #[error(transparent)]
@@ -288,6 +290,25 @@ pub fn finish_interrupted_export(
     Ok(())
 }
 
+/// The extract report of a raw run (`OUT/runs/<run_id>.json`), which the load checks the run's
+/// landing against. A completed run always has one: a missing or unreadable report is an error,
+/// never a load without the check.
+pub fn extract_report(out: &OutDir, run_id: &str) -> Result<ExtractReport, LoadError> {
+    if !out.raw_dir(run_id).join("run.json").exists() {
+        return Err(ExtractError::NoSuchRun(run_id.to_owned()).into());
+    }
+    let path = out.report_path(run_id);
+    let problem = match std::fs::read(&path) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(report) => return Ok(report),
+            Err(e) => format!("is not a readable run report ({e})"),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "is missing".to_owned(),
+        Err(e) => format!("cannot be read ({e})"),
+    };
+    Err(LoadError::Report { run_id: run_id.to_owned(), path: path.display().to_string(), problem })
+}
+
 /// The newest raw run that finished extracting.
 pub fn latest_complete_run(out: &OutDir) -> Result<String, LoadError> {
     let mut runs: Vec<(DateTime<Utc>, String)> = vec![];
@@ -460,6 +481,12 @@ fn record_run(
     quality: &QualityReport,
     stages_ms: &BTreeMap<String, u64>,
 ) -> Result<(), LoadError> {
+    // Loading the run the warehouse holds again rebuilds the same tables: its ledger row stays
+    // as the first load wrote it (when it finished, what it found, what it rests on). Loading
+    // an older run replaces its row, since the warehouse then holds that run's data.
+    if warehouse::latest_run(conn)?.as_deref() == Some(spec.run_id.as_str()) {
+        return Ok(());
+    }
     let transform_ms = stages_ms.get("transform").copied().unwrap_or_default();
     let load_ms: u64 = stages_ms.iter().filter(|(k, _)| *k != "transform").map(|(_, v)| v).sum();
     let json = |v: serde_json::Value| v.to_string();

@@ -188,14 +188,16 @@ fn history_keeps_every_status_across_three_runs_and_reloading_changes_nothing() 
         ) == 1
     );
 
-    // Loading the newest raw run again changes no table.
-    let before: Vec<String> = exported_tables().iter().map(|t| checksum(&c, t)).collect();
+    // Loading the newest raw run again changes no table, the ledger included: a reload used to
+    // rewrite its run's `finished_at`, `last_reconcile_at` and timings.
+    let tables: Vec<&str> = exported_tables().into_iter().chain(["runs"]).collect();
+    let before: Vec<String> = tables.iter().map(|t| checksum(&c, t)).collect();
     drop(c);
     let args = ["load", "--out", out.to_str().unwrap()];
     let o = run_bin(dir.path(), &args, &[]);
     assert_exit(&args, &o, 0);
     let c = db(&out);
-    let after: Vec<String> = exported_tables().iter().map(|t| checksum(&c, t)).collect();
+    let after: Vec<String> = tables.iter().map(|t| checksum(&c, t)).collect();
     assert_eq!(before, after);
     drop(c);
     assert_parquet_matches_duckdb(&out);
@@ -296,6 +298,36 @@ fn load_errors_are_clear() {
     let o = run_bin(dir.path(), &args, &[]);
     assert_exit(&args, &o, 2);
     assert!(String::from_utf8_lossy(&o.stderr).contains("--cohort-edges"));
+}
+
+/// Regression: a run report that could not be read turned the landing check off, and the load
+/// went ahead unchecked. A missing or corrupt report now refuses the load (exit 1), and the
+/// warehouse keeps its data.
+#[test]
+fn a_load_refuses_a_run_whose_report_is_missing_or_corrupt() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(60));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = run(&emu, &out, &["--since-days", "10"], &[]);
+    assert_exit(&[], &o, 0);
+    let run_id = serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["extract"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let report = out.join("runs").join(format!("{run_id}.json"));
+    let before = checksum(&db(&out), "applications");
+    for (damage, says) in [(Some(&b"{\"run_id\": "[..]), "is not a readable run report"), (None, "is missing")] {
+        match damage {
+            Some(bytes) => std::fs::write(&report, bytes).unwrap(),
+            None => std::fs::remove_file(&report).unwrap(),
+        }
+        let args = ["load", "--out", out.to_str().unwrap(), "--from-raw", &run_id];
+        let o = run_bin(dir.path(), &args, &[]);
+        assert_exit(&args, &o, 1);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says) && err.contains(&run_id) && err.contains("extract --fresh"), "{err}");
+    }
+    assert_eq!(checksum(&db(&out), "applications"), before, "the warehouse keeps its data");
 }
 
 /// The README's data dictionary names every table, view and column the warehouse has.
