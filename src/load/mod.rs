@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
+use duckdb::OptionalExt;
 use polars::prelude::{ParquetCompression, ParquetWriter};
 use serde::Serialize;
 use thiserror::Error;
@@ -197,8 +198,8 @@ fn stage(frames: &mut transform::Frames, dir: &Path) -> Result<(), LoadError> {
 }
 
 /// Exports every table to `OUT/parquet/<table>/`, each switched into place atomically. A version
-/// that stops being current is kept for `grace` after that (its directory's modification time
-/// marks the moment), so a reader that listed its files just before the switch can still open
+/// that stops being current is kept for `grace` after that (a `.retired` file in it marks the
+/// moment), so a reader that listed its files just before the switch can still open
 /// them; the first export after the grace period removes it.
 pub fn export_parquet(
     conn: &duckdb::Connection,
@@ -240,8 +241,7 @@ pub fn export_parquet(
         }
         std::fs::rename(&tmp_link, &link).map_err(io_err("switch", &link))?;
         if let Some(old) = old {
-            // Retired now: the grace period starts.
-            let _ = std::fs::File::open(root.join(old)).and_then(|d| d.set_modified(std::time::SystemTime::now()));
+            retire(&root.join(old))?;
         }
         if i == 0 {
             crate::out::crash_point("export-after-first-table");
@@ -258,7 +258,7 @@ pub fn export_parquet(
             if !hidden || live.iter().any(|l| l.as_os_str() == name) {
                 continue;
             }
-            let age = e.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+            let age = retired_at(&e.path()).and_then(|t| t.elapsed().ok());
             if e.path().is_symlink() || age.is_none_or(|a| a >= grace) {
                 let _ = std::fs::remove_dir_all(e.path());
                 let _ = std::fs::remove_file(e.path());
@@ -268,6 +268,26 @@ pub fn export_parquet(
     conn.execute("UPDATE runs SET parquet_exported = true WHERE run_id = ?", [run_id])
         .map_err(|e| LoadError::db("record the export", e))?;
     Ok(())
+}
+
+/// The file whose modification time says when a Parquet version stopped being current. A
+/// dot-file, which Parquet readers skip.
+const RETIRED_MARK: &str = ".retired";
+
+/// Marks a version as replaced now, which starts its grace period. Failing to mark it is an
+/// error: an unmarked version ages from its creation and could be removed under a reader at once.
+fn retire(version: &Path) -> Result<(), LoadError> {
+    let mark = version.join(RETIRED_MARK);
+    std::fs::write(&mark, b"").map_err(|e| LoadError::Parquet {
+        path: mark.display().to_string(),
+        message: format!("cannot mark the replaced version, so its grace period could not start: {e}"),
+    })
+}
+
+/// When a version stopped being current: its mark's time, or for a version that never was
+/// current (an interrupted export left it unlinked) its own.
+fn retired_at(version: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(version.join(RETIRED_MARK)).or_else(|_| std::fs::symlink_metadata(version)).ok()?.modified().ok()
 }
 
 /// Redoes the Parquet export of the last loaded run if a crash interrupted it.
@@ -280,7 +300,8 @@ pub fn finish_interrupted_export(
         .query_row("SELECT run_id FROM runs WHERE NOT parquet_exported ORDER BY finished_at DESC LIMIT 1", [], |r| {
             r.get(0)
         })
-        .ok();
+        .optional()
+        .map_err(|e| LoadError::db("read which export is unfinished from `runs`", e))?;
     if let Some(run_id) = pending {
         tracing::warn!(run_id = %run_id, "the last load's Parquet export was interrupted; exporting again");
         export_parquet(conn, out, &run_id, grace)?;
