@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use chrono::Utc;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::sync::watch;
 
@@ -74,7 +74,7 @@ pub struct ActionConfig {
 }
 
 /// How a row ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// The service applied it.
@@ -341,6 +341,18 @@ async fn send(client: &Client, row: &ReviewedRow, result: &mut RowResult, resent
         (Target::Sale(_), None) => unreachable!("validation gives every update_sale row a body"),
     };
     let WriteError { error, in_doubt } = failure;
+    if matches!(error, ApiError::Interrupted { .. }) && !in_doubt {
+        // Stopped (Ctrl-C, a budget, a deadline) before this attempt went out, or after attempts
+        // that were answered and took no effect (a 429): this run sent nothing that could have
+        // taken effect, so the row stays as the journal had it, a re-send included.
+        result.outcome = Outcome::NotSent;
+        result.message = Some(if resent {
+            "not sent: the run stopped first; the earlier attempt's answer is still lost, and the next apply sends it again".into()
+        } else {
+            "not sent: the run stopped first; the next apply sends it".into()
+        });
+        return Some(error);
+    }
     settle(row, result, &error, resent || in_doubt);
     (error.is_auth() || matches!(error, ApiError::Interrupted { .. })).then_some(error)
 }
@@ -366,13 +378,6 @@ fn applied<T>(result: &mut RowResult, w: &Written<T>, resent: bool) {
 fn settle(row: &ReviewedRow, result: &mut RowResult, error: &ApiError, lost: bool) {
     result.http_status = error.status();
     let said = error.server_message().map_or_else(|| error.to_string(), str::to_owned);
-    if let ApiError::Interrupted { .. } = error {
-        if !lost {
-            result.outcome = Outcome::NotSent;
-            result.message = Some("not sent: the run stopped first; apply again to send it".into());
-            return;
-        }
-    }
     if !lost {
         result.outcome = if error.is_transient() { Outcome::FailedTransient } else { Outcome::Failed };
         result.message = Some(said);

@@ -686,3 +686,59 @@ fn run_checks_the_actions_guards_before_fetching() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("more than `--max-rows 1`"), "{}", show(&args, &o));
     assert_eq!(emu.state.requests().len(), 0, "nothing was fetched");
 }
+
+/// A re-send stopped before it went out (Ctrl-C while it waits for the pacer) sent nothing, so
+/// the row stays as the journal had it: `not_sent` in this run, sent again by the next apply,
+/// and applied once. It is never taken for a write in doubt.
+#[test]
+fn an_interrupted_re_send_is_left_to_the_next_apply() {
+    let (emu, dir, _, s) = two_sale_updates([21, 22]);
+    let out = dir.path().join("out");
+    let (a, b) = (s[0].to_string(), s[1].to_string());
+    // A run that dies right after recording its intent for sale A: the row is interrupted.
+    let only_a = write_csv(dir.path(), "a.csv", &[format!("update_sale,yes,{a},,31,,,,,,")]);
+    let args =
+        ["actions", "apply", only_a.to_str().unwrap(), "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
+    let o =
+        run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY), ("CREATOR_ETL_CRASH_AT", "actions-after-intent")]);
+    assert!(!o.status.success(), "{}", show(&args, &o));
+    assert!(writes_to(&emu, &a).is_empty());
+    // Then B first and A's re-send: under an hourly cap of 1, the re-send waits for the pacer,
+    // and Ctrl-C stops it there.
+    let both = write_csv(
+        dir.path(),
+        "both.csv",
+        &[format!("update_sale,yes,{b},,32,,,,,,"), format!("update_sale,yes,{a},,31,,,,,,")],
+    );
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_creator-etl"))
+        .args(["actions", "apply", both.to_str().unwrap(), "--base-url", &emu.base_url, "--out", out.to_str().unwrap()])
+        .args(["--hourly-cap", "1", "--cap-window-s", "3600", "--min-interval-ms", "0"])
+        .env("CREATOR_API_KEY", FULL_KEY)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while writes_to(&emu, &b).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(30), "the first row was never sent");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let kill = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    assert_exit(&["actions", "apply"], &o, 130);
+    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    assert_eq!((got[&2].0.as_str(), got[&3].0.as_str()), ("applied", "not_sent"), "{got:?}");
+    assert!(got[&3].2.contains("sends it again"), "{:?}", got[&3]);
+    assert!(writes_to(&emu, &a).is_empty(), "nothing went out for A");
+    let o = actions(&emu, &out, "plan", &both, &[], FULL_KEY);
+    let plan = String::from_utf8_lossy(&o.stdout);
+    assert!(plan.contains("send again (run") && plan.contains("1 to send"), "{}", show(&[], &o));
+    let o = actions(&emu, &out, "apply", &both, &[], FULL_KEY);
+    assert_exit(&[], &o, 0);
+    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    assert_eq!((got[&2].0.as_str(), got[&3].0.as_str()), ("skipped_already_applied", "applied"), "{got:?}");
+    assert_eq!(writes_to(&emu, &a).len(), 1);
+    assert_eq!(writes_to(&emu, &b).len(), 1);
+}
