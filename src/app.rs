@@ -51,6 +51,15 @@ pub(crate) fn stop_signal() -> watch::Receiver<bool> {
     rx
 }
 
+/// The client and the stop of a command that reads: Ctrl-C or SIGTERM ends the client's waits
+/// and starts no new request, and the stop reaches the crawl once the requests in flight have
+/// answered and landed ([`Client::stop_after_in_flight`]).
+fn stop_after_in_flight(client: Client) -> (Client, watch::Receiver<bool>) {
+    let signal = stop_signal();
+    let stop = client.stop_after_in_flight(signal.clone());
+    (client.with_stop(signal), stop)
+}
+
 /// Runs `work` on a blocking thread (DuckDB and Polars work synchronously); `what` names it if
 /// the thread itself fails.
 async fn blocking<T, E>(what: &str, work: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, Error>
@@ -451,7 +460,8 @@ async fn run_all(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let actions = args.actions.as_deref().map(|file| args.guards.config(file, global)).transpose()?;
     let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("run")?;
-    let report = pipeline(&client, &config, load_config, actions, stop_signal(), None).await?;
+    let (client, stop) = stop_after_in_flight(client);
+    let report = pipeline(&client, &config, load_config, actions, stop, None).await?;
     print_json(&report)?;
     Ok(report.exit_code())
 }
@@ -476,33 +486,44 @@ pub struct FleetStatusRow {
     pub status: crate::fleet::run::OrgStatus,
     /// The raw run the next sync resumes, if any.
     pub resumable_run: Option<String>,
+    /// Why the status file could not be read as a whole, when it could not.
+    pub status_error: Option<String>,
 }
 
+/// `fleet status`: reads the fleet file alone (no key, no actions file: it sends nothing) and
+/// each organization's status file. A status file that cannot be read is shown with what could
+/// be read of it, and why the rest could not (`status_error`, and a warning).
 fn fleet_status(args: &FleetSelect, global: &GlobalArgs) -> Result<u8, Error> {
     let rows: Vec<FleetStatusRow> = args
-        .select()?
+        .select(crate::fleet::Check::FileOnly)?
         .into_iter()
         .map(|org| {
             let name = org.name;
             let dir = crate::fleet::run::org_dir(&global.out, &name);
-            let status = crate::fleet::run::read_status(&dir);
+            let (status, status_error) = crate::fleet::run::read_status(&dir);
+            if let Some(problem) = &status_error {
+                tracing::warn!(organization = %name, %problem, "the organization's fleet status cannot be read as a whole; showing what could be read");
+            }
             let resumable_run = crate::extract::unfinished_run(&crate::out::OutDir::new(&dir));
-            FleetStatusRow { name, dir, status, resumable_run }
+            FleetStatusRow { name, dir, status, resumable_run, status_error }
         })
         .collect();
     let when = |t: Option<chrono::DateTime<chrono::Utc>>| {
         t.map_or("never".to_owned(), |t| t.format("%Y-%m-%d %H:%M:%SZ").to_string())
     };
-    let mut table =
-        format!("{:<24} {:<21} {:<12} {:<9} last error\n", "organization", "last success", "last outcome", "resumable");
+    let mut table = format!(
+        "{:<24} {:<21} {:<12} {:<12} {:<9} last error\n",
+        "organization", "last success", "last outcome", "last actions", "resumable"
+    );
     for r in &rows {
         table.push_str(&format!(
-            "{:<24} {:<21} {:<12} {:<9} {}\n",
+            "{:<24} {:<21} {:<12} {:<12} {:<9} {}\n",
             r.name,
             when(r.status.last_success_at),
             r.status.last_outcome.map_or("-", |o| o.as_str()),
+            r.status.last_actions.map_or("-", |o| o.as_str()),
             if r.resumable_run.is_some() { "yes" } else { "no" },
-            r.status.last_error.as_deref().unwrap_or("")
+            r.status_error.as_deref().or(r.status.last_error.as_deref()).unwrap_or("")
         ));
     }
     eprint!("{table}");
@@ -562,7 +583,8 @@ async fn extract(args: &ExtractArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let _lock = config.out.lock("extract")?;
     let extract_config = config.clone();
     let (config, snapshot) = blocking("warehouse", move || read_previous(&extract_config, None)).await?;
-    let report = crate::extract::run(&config, &client, stop_signal(), snapshot.as_ref()).await?;
+    let (client, stop) = stop_after_in_flight(client);
+    let report = crate::extract::run(&config, &client, stop, snapshot.as_ref()).await?;
     print_json(&report)?;
     Ok(exit::OK)
 }

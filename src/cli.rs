@@ -18,7 +18,7 @@ use crate::emulator::{EmulatorConfig, FaultConfig, GenConfig, Keys, OrgPolicy, R
 use crate::extract::{ExtractConfig, SyncMode};
 use crate::fleet::observe::Lineage;
 use crate::fleet::run::{Job, RunOptions};
-use crate::fleet::Organization;
+use crate::fleet::{Check, Organization};
 use crate::load::LoadConfig;
 use crate::out::OutDir;
 use crate::query::lake::LakeSource;
@@ -157,9 +157,16 @@ pub struct FleetSelect {
 }
 
 impl FleetSelect {
-    /// Reads and validates the fleet file, then selects its organizations, in file order; every
-    /// problem at once.
-    pub fn select(&self) -> Result<Vec<Organization>, Error> {
+    /// Reads and validates the fleet file as far as `check` asks, then selects its
+    /// organizations, in file order; every problem at once.
+    pub fn select(&self, check: Check) -> Result<Vec<Organization>, Error> {
+        self.select_in_shard(check).map(|(selected, _)| selected)
+    }
+
+    /// The selected organizations, and the names of every organization of the file in the
+    /// `--shard` (all of them without one), whatever `--only` says: the organizations whose
+    /// metrics this process keeps.
+    pub fn select_in_shard(&self, check: Check) -> Result<(Vec<Organization>, Vec<String>), Error> {
         let mut problems = vec![];
         let shard = self
             .shard
@@ -169,8 +176,7 @@ impl FleetSelect {
             .map_err(|e| problems.push(e))
             .ok()
             .flatten();
-        let env = |var: &str| std::env::var(var).ok();
-        let fleet = match crate::fleet::load(&self.config, &env) {
+        let fleet = match crate::fleet::load(&self.config, check) {
             Ok(f) => Some(f),
             Err(p) => {
                 let file = self.config.display();
@@ -180,7 +186,9 @@ impl FleetSelect {
         };
         let Some(fleet) = fleet.filter(|_| problems.is_empty()) else { return Err(Error::Config(problems)) };
         let only = (!self.only.is_empty()).then_some(self.only.as_slice());
-        Ok(fleet.select(only, shard).map_err(Error::Config)?.into_iter().cloned().collect())
+        let selected = fleet.select(only, shard).map_err(Error::Config)?.into_iter().cloned().collect();
+        let in_shard = fleet.select(None, shard).map_err(Error::Config)?.into_iter().map(|o| o.name.clone()).collect();
+        Ok((selected, in_shard))
     }
 }
 
@@ -272,7 +280,8 @@ impl FleetRunArgs {
     /// Validates the whole fleet run: the file, the flags, every organization's client, extract,
     /// load and actions, before anything is sent.
     pub fn config(&self, global: &GlobalArgs) -> Result<(Vec<Job>, RunOptions), Error> {
-        let selected = self.select.select()?;
+        let env = |var: &str| std::env::var(var).ok();
+        let (selected, in_shard) = self.select.select_in_shard(Check::Sync(&env))?;
         let mut problems = vec![];
         if let Err(e) = crate::transform::buckets(&self.cohort_edges) {
             problems.push(format!("`--cohort-edges`: {e}"));
@@ -290,7 +299,10 @@ impl FleetRunArgs {
             (Some(url), _) => match Url::parse(url) {
                 Ok(u) if matches!(u.scheme(), "http" | "https") => Some(Lineage::url(u)?),
                 _ => {
-                    problems.push(format!("`--openlineage-url` `{url}` must be an http(s) URL"));
+                    problems.push(format!(
+                        "`--openlineage-url` `{}` must be an http(s) URL",
+                        crate::fleet::observe::shown_url(url)
+                    ));
                     None
                 }
             },
@@ -307,8 +319,13 @@ impl FleetRunArgs {
         if !problems.is_empty() {
             return Err(Error::Config(problems));
         }
-        let options =
-            RunOptions { max_loads: self.max_loads, max_duration, metrics_file: self.metrics_file.clone(), lineage };
+        let options = RunOptions {
+            max_loads: self.max_loads,
+            max_duration,
+            metrics_file: self.metrics_file.clone(),
+            metrics_scope: in_shard,
+            lineage,
+        };
         Ok((jobs, options))
     }
 
@@ -334,8 +351,10 @@ impl FleetRunArgs {
         }
         let base_url = s.base_url.as_deref().unwrap_or(&global.base_url);
         let mut problems = vec![];
+        // The fleet file was read for a sync ([`Check::Sync`]), so every key is there.
+        let key = org.key.clone().ok_or_else(|| format!("{at}: its key was not read"));
         let client = global
-            .client_config_for(&format!("{at}: base URL"), base_url, Ok(org.key.clone()), pacing)
+            .client_config_for(&format!("{at}: base URL"), base_url, key, pacing)
             .map_err(|p| problems.extend(p))
             .ok()
             .map(|c| ClientConfig { max_requests: self.max_requests_per_org, ..c.pacing_memory_in(&out.state_dir()) });
@@ -347,7 +366,7 @@ impl FleetRunArgs {
                     max_rows: None,
                     only: None,
                     retry_failed: false,
-                    scope: Scope::new(base_url, Some(org.key.fingerprint())),
+                    scope: Scope::new(base_url, org.key.as_ref().map(ApiKey::fingerprint)),
                 };
                 Some((config, reviewed))
             }

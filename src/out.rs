@@ -124,6 +124,14 @@ impl OutDir {
     }
 }
 
+/// The process id that a lock holder's description names: `(pid 123, …)` in this crate's lock
+/// file, `(PID 123)` in DuckDB's lock error. Reports name a holder by this alone.
+pub fn holder_pid(holder: &str) -> Option<u32> {
+    let lower = holder.to_ascii_lowercase();
+    let at = lower.find("(pid ")? + "(pid ".len();
+    lower[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
 /// Writes a file atomically: a temporary sibling, fsync, then rename over the target.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutError> {
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -177,6 +185,14 @@ mod tests {
         }
         drop(held);
         out.lock("run-c").unwrap();
+    }
+
+    #[test]
+    fn a_holder_is_named_by_its_pid() {
+        assert_eq!(holder_pid("run fleet run (pid 4321, since 2026-01-01T00:00:00Z)"), Some(4321));
+        let duckdb = "/usr/bin/python3 (PID 77) by user root: `python3 -c x --token=s3cret`";
+        assert_eq!(holder_pid(duckdb), Some(77));
+        assert_eq!(holder_pid("unknown run"), None);
     }
 
     #[test]

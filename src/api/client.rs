@@ -101,9 +101,11 @@ pub struct ClientConfig {
 impl ClientConfig {
     /// Keeps the pacer's memory (latest request, latest payout mark, cap window) in `dir`, one
     /// file per service and key, so that the next process on this key keeps the service's rules
-    /// from where this one stopped.
+    /// from where this one stopped. The service is its base URL without a trailing slash, as
+    /// the client uses it with or without one.
     pub fn pacing_memory_in(mut self, dir: &Path) -> Self {
-        let id = super::key::fnv1a(format!("{}|{}", self.base_url, self.api_key.fingerprint()).as_bytes());
+        let service = self.base_url.as_str().trim_end_matches('/');
+        let id = super::key::fnv1a(format!("{service}|{}", self.api_key.fingerprint()).as_bytes());
         self.pacing_memory = Some(dir.join(format!("pacing-{id:08x}.json")));
         self
     }
@@ -259,6 +261,25 @@ struct Inner {
     memory_lock: Mutex<()>,
     /// At most this many requests (attempts), and how many were started.
     budget: Option<(u64, AtomicU64)>,
+    /// Attempts sent and not yet answered: what a stop lets finish
+    /// ([`Client::stop_after_in_flight`]).
+    in_flight: watch::Sender<usize>,
+}
+
+/// Counts an attempt in [`Inner::in_flight`] while it lives, also when its future is dropped.
+struct InFlight<'a>(&'a watch::Sender<usize>);
+
+impl<'a> InFlight<'a> {
+    fn start(count: &'a watch::Sender<usize>) -> Self {
+        count.send_modify(|n| *n += 1);
+        InFlight(count)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// HTTP connection pools for reads and writes, shareable by many [`Client`]s.
@@ -350,7 +371,7 @@ impl Client {
             .map_err(|_| ApiError::Setup("the API key is not a valid header value".into()))?;
         auth.set_sensitive(true);
         let (http, http_write) = (transport.http.clone(), transport.http_write.clone());
-        let pacer = Pacer::shared(base.as_str(), &config.api_key.fingerprint(), config.pacing.clone());
+        let pacer = Pacer::shared(base.as_str(), &config.api_key, config.pacing.clone());
         if let Some(memory) = config.pacing_memory.as_deref().and_then(read_memory) {
             pacer.restore(&memory);
         }
@@ -367,6 +388,7 @@ impl Client {
                 memory_file: config.pacing_memory,
                 memory_lock: Mutex::new(()),
                 budget: config.max_requests.map(|max| (max, AtomicU64::new(0))),
+                in_flight: watch::Sender::new(0),
             }),
             stop: None,
         })
@@ -376,6 +398,37 @@ impl Client {
     /// [`ApiError::Interrupted`] once `stop` is raised. A request already sent is not cut off.
     pub fn with_stop(&self, stop: watch::Receiver<bool>) -> Client {
         Client { inner: self.inner.clone(), stop: Some(stop) }
+    }
+
+    /// A stop that follows `stop` once none of this client's requests is in flight. Give `stop`
+    /// to the client ([`Client::with_stop`]) and the returned one to the code that awaits its
+    /// requests (an extract's crawl): a stop then ends the waits for the pacer and starts no new
+    /// request, while the requests already sent are answered (or time out) and handed over
+    /// before that code sees the stop.
+    pub fn stop_after_in_flight(&self, stop: watch::Receiver<bool>) -> watch::Receiver<bool> {
+        let (tx, rx) = watch::channel(false);
+        let mut in_flight = self.inner.in_flight.subscribe();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stopped(stop) => {}
+                // Nobody listens any more.
+                _ = tx.closed() => return,
+            }
+            tokio::select! {
+                _ = in_flight.wait_for(|n| *n == 0) => {}
+                _ = tx.closed() => return,
+            }
+            let _ = tx.send(true);
+        });
+        rx
+    }
+
+    /// `error` (an interruption), once none of this client's other requests is in flight: a
+    /// caller that stops at the first error has the answers of those requests first.
+    async fn after_in_flight(&self, error: ApiError) -> ApiError {
+        let mut in_flight = self.inner.in_flight.subscribe();
+        let _ = in_flight.wait_for(|n| *n == 0).await;
+        error
     }
 
     /// Whether a request was refused because `max_requests` were sent.
@@ -589,13 +642,26 @@ impl Client {
             if let Some((max, used)) = &inner.budget {
                 if used.fetch_add(1, Ordering::SeqCst) >= *max {
                     tracing::debug!(max, "request budget spent");
-                    return Attempts { result: Err(ApiError::Interrupted { url: shown.clone() }), lost };
+                    let error = self.after_in_flight(ApiError::Interrupted { url: shown.clone() }).await;
+                    return Attempts { result: Err(error), lost };
                 }
             }
             let dispatch = match self.interruptible(inner.pacer.acquire(endpoint.class()), &shown).await {
                 Ok(d) => d,
-                Err(e) => return Attempts { result: Err(e), lost },
+                Err(e) => return Attempts { result: Err(self.after_in_flight(e).await), lost },
             };
+            // In flight from here until its answer is read. A stop raised before this point sends
+            // nothing: a waiter for the requests in flight ([`Client::stop_after_in_flight`])
+            // either counts this one or was preceded by the stop that this check sees.
+            let flight = InFlight::start(&inner.in_flight);
+            if self.stop.as_ref().is_some_and(|stop| *stop.borrow()) {
+                // Nothing goes out: the slot and its cap-window place are given back.
+                inner.pacer.refused(&dispatch);
+                inner.pacer.unanswered(&dispatch);
+                drop(flight);
+                let error = self.after_in_flight(ApiError::Interrupted { url: shown.clone() }).await;
+                return Attempts { result: Err(error), lost };
+            }
             inner.metrics.paced(dispatch.waited);
             self.remember();
             let sent_at = dispatch.at;
@@ -695,6 +761,7 @@ impl Client {
                     }
                 }
             };
+            drop(flight);
             if !failure.retryable || attempt >= policy.max_attempts {
                 return Attempts { result: Err(failure.error), lost };
             }
@@ -718,7 +785,7 @@ impl Client {
             );
             inner.metrics.retry(delay);
             if let Err(e) = self.interruptible(tokio::time::sleep(delay), &shown).await {
-                return Attempts { result: Err(e), lost };
+                return Attempts { result: Err(self.after_in_flight(e).await), lost };
             }
         }
     }
@@ -984,6 +1051,23 @@ mod tests {
         h.insert(RETRY_AFTER, HeaderValue::from_static("Thu, 01 Jan 2026 00:20:00 GMT"));
         assert_eq!(rate_limit_wait(&h, &body, now), Duration::from_millis(1_200_050));
         assert_eq!(rate_limit_wait(&HeaderMap::new(), &ErrorBody::default(), now), Duration::from_millis(2050));
+    }
+
+    #[test]
+    fn the_pacing_file_is_one_per_service_with_or_without_a_trailing_slash() {
+        let key = ApiKey::new("k-1", "test").unwrap();
+        let file = |url: &str| {
+            ClientConfig::new(url.parse().unwrap(), key.clone())
+                .pacing_memory_in(Path::new("/s"))
+                .pacing_memory
+                .unwrap()
+        };
+        assert_eq!(file("http://h:1/api/v1"), file("http://h:1/api/v1/"));
+        assert_eq!(file("http://h:1"), file("http://h:1/"));
+        assert_ne!(file("http://h:1/api/v1"), file("http://h:1/api/v2"));
+        // The default service keeps the file name it always had.
+        let old = crate::api::fnv1a(format!("{DEFAULT_BASE_URL}|{}", key.fingerprint()).as_bytes());
+        assert_eq!(file(DEFAULT_BASE_URL), Path::new("/s").join(format!("pacing-{old:08x}.json")));
     }
 
     #[test]

@@ -36,6 +36,8 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::time::Instant;
 
+use super::key::ApiKey;
+
 /// The service never accepts payout marks closer together than this, whatever the API-wide rule.
 pub const MARK_PAYOUT_MIN_INTERVAL: Duration = Duration::from_millis(2000);
 
@@ -219,9 +221,11 @@ impl Pacer {
         Pacer { config, state: Mutex::new(State::default()), answers: tokio::sync::Notify::new() }
     }
 
-    /// The pacer for this service and key, shared with every client that uses them.
-    pub fn shared(base_url: &str, key_fingerprint: &str, config: PacingConfig) -> Arc<Pacer> {
-        static REGISTRY: OnceLock<Mutex<HashMap<String, Weak<Pacer>>>> = OnceLock::new();
+    /// The pacer for this service and key, shared with every client that uses them. Keys are
+    /// told apart by the keys themselves (in memory only): two keys with one fingerprint have
+    /// two budgets.
+    pub fn shared(base_url: &str, key: &ApiKey, config: PacingConfig) -> Arc<Pacer> {
+        static REGISTRY: OnceLock<Mutex<HashMap<(String, ApiKey), Weak<Pacer>>>> = OnceLock::new();
         let registry = REGISTRY.get_or_init(Default::default);
         let mut map = registry.lock().unwrap_or_else(|e| e.into_inner());
         // Dropped pacers are swept when the map doubles, not on every call: a fleet builds
@@ -229,7 +233,7 @@ impl Pacer {
         if map.len() >= 64 && map.len().is_power_of_two() {
             map.retain(|_, w| w.strong_count() > 0);
         }
-        let id = format!("{base_url}|{key_fingerprint}");
+        let id = (base_url.to_owned(), key.clone());
         if let Some(existing) = map.get(&id).and_then(Weak::upgrade) {
             if existing.config == config {
                 return existing;

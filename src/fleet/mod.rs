@@ -4,12 +4,14 @@
 //! The file has a `[defaults]` table and one `[[organization]]` entry per organization. It is
 //! read into a TOML table and checked key by key, so that every problem is reported at once,
 //! before anything is sent: unknown keys, wrong types, duplicate names, a missing key variable
-//! or file, and two organizations sharing one API key (they would share one budget).
+//! or file, and two organizations sharing one API key (they would share one budget). A command
+//! that sends nothing (`fleet status`) checks the file alone ([`Check::FileOnly`]): it reads no
+//! key and opens no actions file.
 
 pub mod observe;
 pub mod run;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::api::models::ApplicationStatus;
@@ -45,8 +47,21 @@ pub struct Settings {
 pub struct Organization {
     pub name: String,
     pub key_source: KeySource,
-    pub key: ApiKey,
+    /// The key, read under [`Check::Sync`]; `None` under [`Check::FileOnly`].
+    pub key: Option<ApiKey>,
     pub settings: Settings,
+}
+
+/// How much of a fleet file a command checks.
+#[derive(Clone, Copy)]
+pub enum Check<'a> {
+    /// Everything a sync needs: every key read (a `key_env` variable through the function, the
+    /// process environment in the binary; a `key_file` from disk), no key shared by two
+    /// organizations, every actions file present.
+    Sync(&'a dyn Fn(&str) -> Option<String>),
+    /// The file alone: names, key sources and settings. No key is read and no actions file is
+    /// opened (`fleet status`, which sends nothing).
+    FileOnly,
 }
 
 /// A validated fleet file.
@@ -105,16 +120,15 @@ impl Fleet {
     }
 }
 
-/// Reads and validates a fleet file. `env` looks up key variables (the process environment in
-/// the binary). Every problem is returned at once.
-pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Fleet, Vec<String>> {
+/// Reads and validates a fleet file, as much as `check` asks. Every problem is returned at once.
+pub fn load(path: &Path, check: Check) -> Result<Fleet, Vec<String>> {
     let text = std::fs::read_to_string(path).map_err(|e| vec![format!("cannot read `{}`: {e}", path.display())])?;
     let base = path.parent().unwrap_or(Path::new("."));
-    parse(&text, base, env)
+    parse(&text, base, check)
 }
 
 /// Validates a fleet file's text; relative paths are resolved against `base`.
-pub fn parse(text: &str, base: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Fleet, Vec<String>> {
+pub fn parse(text: &str, base: &Path, check: Check) -> Result<Fleet, Vec<String>> {
     let table: toml::Table = text.parse().map_err(|e: toml::de::Error| vec![format!("not valid TOML: {e}")])?;
     let mut problems = vec![];
     for key in table.keys().filter(|k| *k != "defaults" && *k != "organization") {
@@ -127,7 +141,7 @@ pub fn parse(text: &str, base: &Path, env: &dyn Fn(&str) -> Option<String>) -> R
                 let hint = if key.starts_with("key_") { ": each organization names its own key" } else { "" };
                 problems.push(format!("`[defaults]`: unknown key `{key}`{hint}"));
             }
-            settings(t, "`[defaults]`", base, &Settings::default(), &mut problems)
+            settings(t, "`[defaults]`", base, &Settings::default(), check, &mut problems)
         }
         Some(_) => {
             problems.push("`defaults` must be a table: `[defaults]`".into());
@@ -147,7 +161,8 @@ pub fn parse(text: &str, base: &Path, env: &dyn Fn(&str) -> Option<String>) -> R
     }
     let mut organizations = vec![];
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
-    let mut keys: BTreeMap<String, String> = BTreeMap::new();
+    // Keys are compared as keys: a fingerprint's 32 bits would take two distinct keys for one.
+    let mut keys: HashMap<ApiKey, String> = HashMap::new();
     for (i, entry) in entries.iter().enumerate() {
         let Some(t) = entry.as_table() else {
             problems.push(format!("organization {}: must be a table", i + 1));
@@ -198,28 +213,28 @@ pub fn parse(text: &str, base: &Path, env: &dyn Fn(&str) -> Option<String>) -> R
                 None
             }
         };
-        let key = match &source {
-            Some(KeySource::Env(var)) => match env(var) {
+        let key = match (&source, check) {
+            (_, Check::FileOnly) | (None, _) => None,
+            (Some(KeySource::Env(var)), Check::Sync(env)) => match env(var) {
                 Some(v) => ApiKey::new(&v, &format!("`{var}`")).map_err(|e| problems.push(format!("{at}: {e}"))).ok(),
                 None => {
                     problems.push(format!("{at}: the key variable `{var}` is not set"));
                     None
                 }
             },
-            Some(KeySource::File(path)) => {
+            (Some(KeySource::File(path)), Check::Sync(_)) => {
                 ApiKey::resolve(Some(path), None).map_err(|e| problems.push(format!("{at}: {e}"))).ok()
             }
-            None => None,
         };
         if let Some(key) = &key {
-            if let Some(other) = keys.insert(key.fingerprint(), name.clone()) {
+            if let Some(other) = keys.insert(key.clone(), name.clone()) {
                 problems.push(format!(
                     "{at}: uses the same API key as organization `{other}`; a key's rate budget is its own, so two organizations cannot share one"
                 ));
             }
         }
-        let settings = settings(t, &at, base, &defaults, &mut problems);
-        if let (Some(source), Some(key)) = (source, key) {
+        let settings = settings(t, &at, base, &defaults, check, &mut problems);
+        if let Some(source) = source {
             organizations.push(Organization { name, key_source: source, key, settings });
         }
     }
@@ -230,8 +245,16 @@ pub fn parse(text: &str, base: &Path, env: &dyn Fn(&str) -> Option<String>) -> R
     }
 }
 
-/// Reads the settings of a table over `defaults`.
-fn settings(t: &toml::Table, at: &str, base: &Path, defaults: &Settings, problems: &mut Vec<String>) -> Settings {
+/// Reads the settings of a table over `defaults`; under [`Check::Sync`], an actions file must
+/// exist.
+fn settings(
+    t: &toml::Table,
+    at: &str,
+    base: &Path,
+    defaults: &Settings,
+    check: Check,
+    problems: &mut Vec<String>,
+) -> Settings {
     let mut s = defaults.clone();
     let mut count = |key: &str, max: u64| -> Option<u64> {
         match t.get(key) {
@@ -281,7 +304,7 @@ fn settings(t: &toml::Table, at: &str, base: &Path, defaults: &Settings, problem
         None => {}
         Some(toml::Value::String(f)) => {
             let path = base.join(f);
-            if !path.is_file() {
+            if matches!(check, Check::Sync(_)) && !path.is_file() {
                 problems.push(format!("{at}: `actions` file `{}` does not exist", path.display()));
             }
             s.actions = Some(path);
@@ -319,7 +342,7 @@ mod tests {
             hourly_cap = 100
             since_days = 30
         "#;
-        let fleet = parse(text, Path::new("/etc/fleet"), &env).unwrap();
+        let fleet = parse(text, Path::new("/etc/fleet"), Check::Sync(&env)).unwrap();
         assert_eq!(fleet.organizations.len(), 2);
         let (a, b) = (&fleet.organizations[0], &fleet.organizations[1]);
         assert_eq!((a.name.as_str(), a.settings.hourly_cap), ("acme", Some(40)));
@@ -351,7 +374,7 @@ mod tests {
     fn the_example_fleet_file_is_valid() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
         let env = |var: &str| Some(format!("key-of-{var}"));
-        let fleet = load(&dir.join("fleet.toml"), &env).unwrap();
+        let fleet = load(&dir.join("fleet.toml"), Check::Sync(&env)).unwrap();
         let names: Vec<&str> = fleet.organizations.iter().map(|o| o.name.as_str()).collect();
         assert_eq!(names, ["acme", "brand-2"]);
         assert_eq!(fleet.organizations[1].settings.actions, Some(dir.join("reviewed.csv")));
@@ -382,7 +405,7 @@ mod tests {
             key_env = "NOT_SET"
             statuses = ["pending", "maybe"]
         "#;
-        let problems = parse(text, Path::new("/"), &env).unwrap_err();
+        let problems = parse(text, Path::new("/"), Check::Sync(&env)).unwrap_err();
         let all = problems.join("\n");
         for want in [
             "unknown key `colour`",
@@ -399,8 +422,53 @@ mod tests {
             assert!(all.contains(want), "missing {want:?} in:\n{all}");
         }
         assert!(!all.contains("key-acme-1") && !all.contains("sk-live-123"), "no key text in messages");
-        let e = parse("[[organization]\n", Path::new("/"), &env).unwrap_err();
+        let e = parse("[[organization]\n", Path::new("/"), Check::Sync(&env)).unwrap_err();
         assert!(e[0].starts_with("not valid TOML"), "{e:?}");
-        assert_eq!(parse("", Path::new("/"), &env).unwrap_err(), ["no `[[organization]]` entries"]);
+        assert_eq!(parse("", Path::new("/"), Check::Sync(&env)).unwrap_err(), ["no `[[organization]]` entries"]);
+    }
+
+    #[test]
+    fn distinct_keys_with_one_fingerprint_are_not_shared() {
+        // Two keys whose 32-bit fingerprints collide (FNV-1a 0xaa0aede4).
+        let env = |var: &str| match var {
+            "A" => Some("key-901258".to_owned()),
+            "B" => Some("key-1540052".to_owned()),
+            "C" => Some("key-901258".to_owned()),
+            _ => None,
+        };
+        let a = ApiKey::new("key-901258", "test").unwrap();
+        let b = ApiKey::new("key-1540052", "test").unwrap();
+        assert_eq!(a.fingerprint(), b.fingerprint(), "the pair collides");
+        let two = "[[organization]]\nname = \"a\"\nkey_env = \"A\"\n[[organization]]\nname = \"b\"\nkey_env = \"B\"\n";
+        assert_eq!(parse(two, Path::new("/"), Check::Sync(&env)).unwrap().organizations.len(), 2);
+        let same = format!("{two}[[organization]]\nname = \"c\"\nkey_env = \"C\"\n");
+        let problems = parse(&same, Path::new("/"), Check::Sync(&env)).unwrap_err().join("\n");
+        assert!(problems.contains("organization `c`: uses the same API key as organization `a`"), "{problems}");
+        assert!(!problems.contains("key-901258") && !problems.contains(&a.fingerprint()), "{problems}");
+    }
+
+    #[test]
+    fn the_file_alone_needs_no_key_and_no_actions_file() {
+        let text = r#"
+            [[organization]]
+            name = "acme"
+            key_env = "NOT_SET"
+            actions = "missing.csv"
+            [[organization]]
+            name = "brand"
+            key_file = "/nonexistent/key"
+        "#;
+        let fleet = parse(text, Path::new("/etc/fleet"), Check::FileOnly).unwrap();
+        assert_eq!(fleet.organizations.len(), 2);
+        assert!(fleet.organizations.iter().all(|o| o.key.is_none()));
+        let problems = parse(text, Path::new("/etc/fleet"), Check::Sync(&env)).unwrap_err().join("\n");
+        for want in
+            ["`NOT_SET` is not set", "`actions` file `/etc/fleet/missing.csv` does not exist", "/nonexistent/key"]
+        {
+            assert!(problems.contains(want), "missing {want:?} in {problems}");
+        }
+        // The file's own problems are still reported.
+        let bad = "[[organization]]\nname = \"x\"\n";
+        assert!(parse(bad, Path::new("/"), Check::FileOnly).unwrap_err()[0].contains("no key"));
     }
 }

@@ -3,13 +3,13 @@
 //! (`--openlineage-url`, `--openlineage-file`).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{json, Value};
 
-use super::run::{Job, OrgReport, Outcome};
+use super::run::{ActionsOutcome, Job, OrgReport, Outcome};
 use crate::Error;
 
 /// The job namespace of every OpenLineage event.
@@ -18,18 +18,20 @@ pub const LINEAGE_NAMESPACE: &str = "creator-etl";
 pub const LINEAGE_SCHEMA: &str = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent";
 const PRODUCER: &str = concat!("https://github.com/creator-etl/creator-etl/tree/v", env!("CARGO_PKG_VERSION"));
 
-/// The metrics, one gauge family each: name, help, value of a row.
+/// The metrics, one gauge family each: name, help, value of a row (`None`: no sample).
 type Gauge = (&'static str, &'static str, fn(&OrgReport) -> Option<f64>);
 
-const GAUGES: [Gauge; 6] = [
+const GAUGES: [Gauge; 8] = [
     (
         "creator_etl_fleet_last_success_timestamp_seconds",
         "Unix time of the organization's last completed sync (this run or an earlier one).",
         |o| o.last_success_at.map(|t| t.timestamp_millis() as f64 / 1000.0),
     ),
-    ("creator_etl_fleet_last_run_success", "1 when the organization's last sync completed, else 0.", |o| {
-        Some(if o.outcome == Outcome::Completed { 1.0 } else { 0.0 })
-    }),
+    (
+        "creator_etl_fleet_last_run_success",
+        "1 when the organization's last sync (extract, load, lake commit) completed, else 0.",
+        |o| Some(if o.outcome == Outcome::Completed { 1.0 } else { 0.0 }),
+    ),
     ("creator_etl_fleet_last_run_rows", "Applications the organization's last sync extracted and loaded.", |o| {
         Some(o.applications as f64)
     }),
@@ -40,37 +42,125 @@ const GAUGES: [Gauge; 6] = [
     ("creator_etl_fleet_last_run_duration_seconds", "How long the organization's last sync took.", |o| {
         Some(o.duration_ms as f64 / 1000.0)
     }),
+    (
+        "creator_etl_fleet_last_run_actions_success",
+        "1 when every approved row of the organization's last actions stage succeeded, else 0; no sample when it had none.",
+        |o| o.actions.map(|a| if a == ActionsOutcome::Completed { 1.0 } else { 0.0 }),
+    ),
+    (
+        "creator_etl_fleet_last_run_actions_held_rows",
+        "Approved rows of the organization's last actions stage that did not succeed; no sample when it had none.",
+        |o| o.actions.map(|_| o.actions_held_rows() as f64),
+    ),
 ];
 
-/// The textfile-collector text of these organizations' last runs.
-pub fn metrics_text(orgs: &[OrgReport]) -> String {
+/// The textfile-collector text of these organizations' last runs, plus `kept`: sample lines of
+/// earlier runs, `(gauge, organization, line)`.
+pub fn metrics_text(orgs: &[OrgReport], kept: &[(String, String, String)]) -> String {
     let mut out = String::new();
     for (name, help, value) in GAUGES {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        let mut lines: Vec<(&str, String)> = kept
+            .iter()
+            .filter(|(gauge, _, _)| gauge == name)
+            .map(|(_, org, line)| (org.as_str(), line.clone()))
+            .collect();
         for o in orgs {
             if let Some(v) = value(o) {
                 // Organization names are slugs: nothing in them needs escaping.
-                out.push_str(&format!("{name}{{organization=\"{}\"}} {v}\n", o.name));
+                lines.push((o.name.as_str(), format!("{name}{{organization=\"{}\"}} {v}", o.name)));
             }
+        }
+        lines.sort();
+        for (_, line) in lines {
+            out.push_str(&line);
+            out.push('\n');
         }
     }
     out
 }
 
+/// The sample lines of `text` (a metrics file this module wrote) to keep: those of this
+/// module's gauges whose organization is in `scope` and not among `replaced`.
+fn kept_samples(text: &str, scope: &[String], replaced: &[&str]) -> Vec<(String, String, String)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (gauge, rest) = l.split_once("{organization=\"")?;
+            let (org, _) = rest.split_once("\"}")?;
+            let ours = GAUGES.iter().any(|(name, _, _)| *name == gauge);
+            (ours && scope.iter().any(|s| s == org) && !replaced.contains(&org))
+                .then(|| (gauge.to_owned(), org.to_owned(), l.to_owned()))
+        })
+        .collect()
+}
+
 /// Writes the metrics atomically (aside, then renamed), as the textfile collector requires.
-pub fn write_metrics(path: &std::path::Path, orgs: &[OrgReport]) -> Result<(), Error> {
-    crate::out::write_atomic(path, metrics_text(orgs).as_bytes())?;
+/// The series of organizations in `scope` that this run did not sync (`--only`) keep their
+/// values from the file as it was; series of organizations outside `scope` (another shard's, or
+/// no longer in the fleet file) are dropped. A lock beside the file orders fleet processes that
+/// share it.
+pub fn write_metrics(path: &Path, orgs: &[OrgReport], scope: &[String]) -> Result<(), Error> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("metrics");
+    let lock_path = dir.join(format!(".{name}.lock"));
+    let io = |context: String| move |source| Error::Io { context, source };
+    std::fs::create_dir_all(dir).map_err(io(format!("cannot create `{}`", dir.display())))?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io(format!("cannot open `{}`", lock_path.display())))?;
+    lock.lock().map_err(io(format!("cannot lock `{}`", lock_path.display())))?;
+    let before = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(io(format!("cannot read `{}`", path.display()))(e)),
+    };
+    let replaced: Vec<&str> = orgs.iter().map(|o| o.name.as_str()).collect();
+    let kept = kept_samples(&before, scope, &replaced);
+    crate::out::write_atomic(path, metrics_text(orgs, &kept).as_bytes())?;
     Ok(())
 }
 
+/// A URL as it may be shown in a log or an error: its scheme, host, port and path, without the
+/// user name, password, query and fragment, which may carry credentials. Text that is not a URL
+/// with a host is not shown at all.
+pub fn shown_url(text: &str) -> String {
+    match reqwest::Url::parse(text) {
+        Ok(url) if url.has_host() => {
+            let mut shown = format!("{}://{}", url.scheme(), url.host_str().unwrap_or_default());
+            if let Some(port) = url.port() {
+                shown.push_str(&format!(":{port}"));
+            }
+            shown.push_str(url.path());
+            if !url.username().is_empty() || url.password().is_some() || url.query().is_some() {
+                shown.push_str(" (credentials and query hidden)");
+            }
+            shown
+        }
+        _ => "(not a URL)".into(),
+    }
+}
+
 /// Where OpenLineage events go.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub enum Lineage {
     /// POSTed as JSON to this URL (an OpenLineage HTTP endpoint, e.g. Marquez's
     /// `/api/v1/lineage`). A failed POST is logged and never fails a sync.
     Url { url: reqwest::Url, http: reqwest::Client },
     /// Appended as one JSON object per line.
     File { path: PathBuf, order: Arc<Mutex<()>> },
+}
+
+impl std::fmt::Debug for Lineage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lineage::Url { url, .. } => f.debug_struct("Url").field("url", &shown_url(url.as_str())).finish(),
+            Lineage::File { path, .. } => f.debug_struct("File").field("path", path).finish(),
+        }
+    }
 }
 
 impl Lineage {
@@ -92,7 +182,7 @@ impl Lineage {
             Lineage::Url { url, http } => {
                 let sent = http.post(url.clone()).json(event).send().await.and_then(|r| r.error_for_status());
                 if let Err(e) = sent {
-                    tracing::warn!(url = %url, error = %e.without_url(), "cannot send an OpenLineage event");
+                    tracing::warn!(url = %shown_url(url.as_str()), error = %e.without_url(), "cannot send an OpenLineage event");
                 }
             }
             Lineage::File { path, order } => {
@@ -164,23 +254,88 @@ impl LineageEvent {
         self.event("START", at, json!({}))
     }
 
-    /// COMPLETE for a completed sync; ABORT for one stopped by its budget or Ctrl-C (it resumes);
-    /// FAIL for a failed one. Both with the reason as an `errorMessage` facet.
+    /// COMPLETE for a completed sync, its data loaded and committed, whatever its actions did;
+    /// ABORT for one stopped by its budget or Ctrl-C (it resumes); FAIL for a failed one, the
+    /// last two with the reason as an `errorMessage` facet. A sync that had an actions stage
+    /// carries the [`ACTIONS_FACET`] facet, which says whether its corrections were held.
     pub fn end(&self, report: &OrgReport) -> Value {
+        let mut facets = serde_json::Map::new();
         let kind = match report.outcome {
-            Outcome::Completed => return self.event("COMPLETE", report.finished_at, json!({})),
+            Outcome::Completed => "COMPLETE",
             Outcome::Incomplete | Outcome::Interrupted => "ABORT",
             Outcome::Failed => "FAIL",
         };
-        {
+        if report.outcome != Outcome::Completed {
             let message = format!("{}: {}", report.outcome.as_str(), report.error.as_deref().unwrap_or(""));
-            let facet = json!({"errorMessage": {
-                "_producer": PRODUCER,
-                "_schemaURL": "https://openlineage.io/spec/facets/1-0-1/ErrorMessageRunFacet.json#/$defs/ErrorMessageRunFacet",
-                "message": message,
-                "programmingLanguage": "Rust",
-            }});
-            self.event(kind, report.finished_at, facet)
+            facets.insert(
+                "errorMessage".into(),
+                json!({
+                    "_producer": PRODUCER,
+                    "_schemaURL": "https://openlineage.io/spec/facets/1-0-1/ErrorMessageRunFacet.json#/$defs/ErrorMessageRunFacet",
+                    "message": message,
+                    "programmingLanguage": "Rust",
+                }),
+            );
         }
+        if let Some(actions) = report.actions {
+            facets.insert(
+                ACTIONS_FACET.into(),
+                json!({
+                    "_producer": PRODUCER,
+                    "_schemaURL": ACTIONS_FACET_SCHEMA,
+                    "outcome": actions.as_str(),
+                    "exitCode": report.actions_exit_code,
+                    "heldRows": report.actions_held_rows(),
+                    "rows": report.actions_rows,
+                    "message": report.actions_error,
+                }),
+            );
+        }
+        self.event(kind, report.finished_at, Value::Object(facets))
+    }
+}
+
+/// The custom run facet of a sync's actions stage: `outcome` (`completed`, `held`,
+/// `incomplete`, `interrupted`, `failed`), `exitCode`, `heldRows` (approved rows that did not
+/// succeed), `rows` per outcome and `message`.
+pub const ACTIONS_FACET: &str = "creatorEtl_actions";
+const ACTIONS_FACET_SCHEMA: &str = concat!(
+    "https://github.com/creator-etl/creator-etl/tree/v",
+    env!("CARGO_PKG_VERSION"),
+    "/README.md#metrics-and-lineage"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_this_modules_series_in_scope_are_kept() {
+        let text = "# HELP creator_etl_fleet_last_run_rows x\n# TYPE creator_etl_fleet_last_run_rows gauge\n\
+            creator_etl_fleet_last_run_rows{organization=\"a\"} 5\n\
+            creator_etl_fleet_last_run_rows{organization=\"b\"} 6\n\
+            creator_etl_fleet_last_run_rows{organization=\"gone\"} 7\n\
+            other_metric{organization=\"a\"} 1\n";
+        let scope = vec!["a".to_owned(), "b".to_owned()];
+        let kept = kept_samples(text, &scope, &["b"]);
+        assert_eq!(
+            kept,
+            [(
+                "creator_etl_fleet_last_run_rows".to_owned(),
+                "a".to_owned(),
+                "creator_etl_fleet_last_run_rows{organization=\"a\"} 5".to_owned()
+            )]
+        );
+    }
+
+    #[test]
+    fn shown_urls_carry_no_credentials() {
+        let shown = shown_url("https://user:tok3n@lineage.example/api/v1/lineage?api_key=q5ecret#frag");
+        assert!(shown.starts_with("https://lineage.example/api/v1/lineage"), "{shown}");
+        for secret in ["user", "tok3n", "q5ecret", "frag"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert_eq!(shown_url("https://lineage.example/x"), "https://lineage.example/x");
+        assert_eq!(shown_url("user:tok3n@host"), "(not a URL)");
     }
 }

@@ -557,3 +557,42 @@ async fn writes_follow_no_redirects() {
     assert!(err.error.to_string().contains("writes never follow redirects"), "{}", err.error);
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
+
+/// Ctrl-C stops an extract after the requests in flight, as the README says: each of them is
+/// answered and landed, none is abandoned, and the run exits 130.
+#[test]
+fn ctrl_c_lands_the_requests_in_flight() {
+    let mut cfg = EmulatorConfig::for_tests(2500);
+    cfg.latency = Duration::from_millis(800);
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let args = ["extract", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "--concurrency", "4"];
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_creator-etl"))
+        .args(args)
+        .args(["--since-days", "5"])
+        .env("CREATOR_API_KEY", FULL_KEY)
+        .env("CREATOR_MIN_INTERVAL_MS", "0")
+        .env("CREATOR_HOURLY_CAP", "0")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Pages go out up to 4 at once after the six first pages: wait for two in flight.
+    let started = std::time::Instant::now();
+    while emu.state.requests().iter().filter(|r| r.status == 0).count() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(60), "no two requests were ever in flight");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let kill = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    assert_exit(&args, &o, 130);
+    let requests = emu.state.requests();
+    assert!(requests.iter().all(|r| r.status == 200), "a request was abandoned: {requests:?}");
+    let runs: Vec<_> = std::fs::read_dir(out.join("raw")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let landed = creator_etl::extract::raw::read_run(&runs[0]).unwrap();
+    assert_eq!(landed.len(), requests.len(), "every answer that came is landed");
+}

@@ -516,3 +516,350 @@ fn a_quick_sync_stopped_by_its_budget_resumes_on_the_same_snapshot() {
     let full: usize = per_status.values().map(|n| n.div_ceil(100)).sum();
     assert!(pages.len() < full, "a quick sync ({} pages), not a full one ({full})", pages.len());
 }
+
+/// The reviewed-CSV header of the fleet tests' actions files.
+const ACTIONS_HEADER: &str =
+    "action,approved,sale_id,creator_payout_uuid,total,commission,customer_email,status,reviewer,note,row_id";
+
+/// Samples of a metrics file written by `fleet run`: `name{organization} → value`.
+fn metric_samples(path: &Path) -> BTreeMap<String, f64> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap();
+            (series.replace("{organization=\"", "{").replace("\"}", "}"), value.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Data that synced while some corrections were held, or stopped by the budget, is a completed
+/// sync: `last_success_at` advances, the metrics and OpenLineage say the data is fresh, and the
+/// actions have their own outcome, gauge and facet. The fleet exits 3, as `run` would. The next
+/// run sends the rows the budget left.
+#[test]
+fn held_or_stopped_corrections_leave_the_sync_completed() {
+    let emu = fleet_emulator(1, 50, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    // `main` is the emulator's main organization (it has sales); `numbered` is organization 1,
+    // whose correction names a sale that does not exist (404: failed, held).
+    std::fs::write(
+        dir.path().join("main.csv"),
+        format!("{ACTIONS_HEADER}\nupdate_sale,yes,7001,,1111,,,,,,\nupdate_sale,yes,7002,,2222,,,,,,\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("numbered.csv"), format!("{ACTIONS_HEADER}\nupdate_sale,yes,999999,,3333,,,,,,\n"))
+        .unwrap();
+    let file = dir.path().join("fleet.toml");
+    std::fs::write(
+        &file,
+        "[defaults]\nsince_days = 60\n\
+         [[organization]]\nname = \"main\"\nkey_env = \"KEY_MAIN\"\nactions = \"main.csv\"\n\
+         [[organization]]\nname = \"numbered\"\nkey_env = \"KEY_1\"\nactions = \"numbered.csv\"\n\
+         [[organization]]\nname = \"plain\"\nkey_env = \"KEY_2\"\n",
+    )
+    .unwrap();
+    let keys = vec![
+        ("KEY_MAIN".to_owned(), crate::util::FULL_KEY.to_owned()),
+        ("KEY_1".to_owned(), org_key(1)),
+        ("KEY_2".to_owned(), crate::util::OTHER_ORG_KEY.to_owned()),
+    ];
+    let metrics = dir.path().join("fleet.prom");
+    let lineage = dir.path().join("lineage.ndjson");
+    // Each extract takes 7 requests (six first pages, one content window): the 8th is `main`'s
+    // first correction, and its second finds the budget spent.
+    let args = [
+        "run",
+        "--config",
+        file.to_str().unwrap(),
+        "--max-requests-per-org",
+        "8",
+        "--metrics-file",
+        metrics.to_str().unwrap(),
+        "--openlineage-file",
+        lineage.to_str().unwrap(),
+    ];
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &o, 3);
+    let orgs = by_name(&report(&o));
+    for name in ["main", "numbered", "plain"] {
+        assert_eq!(orgs[name]["outcome"], "completed", "{}", show(&args, &o));
+        assert!(orgs[name]["last_success_at"].is_string(), "{}", orgs[name]);
+        assert!(orgs[name]["error"].is_null(), "{}", orgs[name]);
+    }
+    let numbered = &orgs["numbered"];
+    assert_eq!((numbered["actions"].as_str(), numbered["actions_exit_code"].as_u64()), (Some("held"), Some(3)));
+    assert_eq!(numbered["exit_code"], 3);
+    assert_eq!(numbered["actions_rows"]["failed"], 1, "{numbered}");
+    assert!(numbered["actions_error"].as_str().unwrap().contains("999999"), "{numbered}");
+    let main = &orgs["main"];
+    assert_eq!(main["actions"], "incomplete", "{main}");
+    assert!(main["actions_error"].as_str().unwrap().contains("request budget of 8"), "{main}");
+    assert_eq!(
+        (main["actions_rows"]["applied"].as_u64(), main["actions_rows"]["not_sent"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert!(orgs["plain"]["actions"].is_null());
+    let rep = report(&o);
+    assert_eq!(rep["outcomes"]["completed"], 3);
+    assert_eq!(
+        (rep["actions_outcomes"]["held"].as_u64(), rep["actions_outcomes"]["incomplete"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("numbered") && stderr.contains("held"), "{stderr}");
+
+    // The metrics: fresh data, and the corrections apart.
+    let samples = metric_samples(&metrics);
+    for name in ["main", "numbered", "plain"] {
+        assert_eq!(samples[&format!("creator_etl_fleet_last_run_success{{{name}}}")], 1.0);
+        assert!(samples[&format!("creator_etl_fleet_last_success_timestamp_seconds{{{name}}}")] > 1.7e9);
+    }
+    assert_eq!(samples["creator_etl_fleet_last_run_actions_success{numbered}"], 0.0);
+    assert_eq!(samples["creator_etl_fleet_last_run_actions_held_rows{numbered}"], 1.0);
+    assert_eq!(samples["creator_etl_fleet_last_run_actions_held_rows{main}"], 1.0, "the row not sent");
+    assert!(!samples.contains_key("creator_etl_fleet_last_run_actions_success{plain}"), "no actions, no sample");
+
+    // OpenLineage: COMPLETE, with a facet that says the corrections were held.
+    let events: Vec<Value> =
+        std::fs::read_to_string(&lineage).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for e in &events {
+        check_run_event(e);
+    }
+    let end = |job: &str| events.iter().rfind(|e| e["job"]["name"] == job).unwrap().clone();
+    let numbered_end = end("fleet.numbered");
+    assert_eq!(numbered_end["eventType"], "COMPLETE");
+    let facet = &numbered_end["run"]["facets"]["creatorEtl_actions"];
+    assert_eq!((facet["outcome"].as_str(), facet["heldRows"].as_u64()), (Some("held"), Some(1)), "{numbered_end}");
+    assert!(facet["_producer"].is_string() && facet["_schemaURL"].is_string());
+    assert_eq!(end("fleet.main")["eventType"], "COMPLETE");
+    assert_eq!(end("fleet.main")["run"]["facets"]["creatorEtl_actions"]["outcome"], "incomplete");
+    assert!(end("fleet.plain")["run"]["facets"].get("creatorEtl_actions").is_none());
+
+    // fleet status keeps the last success, and shows the actions apart.
+    let o = fleet(dir.path(), &emu, &["status", "--config", file.to_str().unwrap()], &[]);
+    assert_exit(&[], &o, 0);
+    let status = by_name(&report(&o));
+    assert!(status["numbered"]["last_success_at"].is_string());
+    assert_eq!(status["numbered"]["last_outcome"], "completed");
+    assert_eq!(status["numbered"]["last_actions"], "held");
+
+    // The next run sends the row the budget left, once; the held row stays held.
+    let args = ["run", "--config", file.to_str().unwrap()];
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &o, 3);
+    let orgs = by_name(&report(&o));
+    assert_eq!(orgs["main"]["actions"], "completed", "{}", orgs["main"]);
+    assert_eq!(orgs["numbered"]["actions"], "held");
+    for sale in ["7001", "7002"] {
+        let writes: Vec<_> = emu.state.writes().into_iter().filter(|w| w.target == sale).collect();
+        assert_eq!(writes.len(), 1, "sale {sale}: {writes:?}");
+    }
+}
+
+/// The fleet's exit when every organization failed alike: 5 when every `--out` or warehouse is
+/// held by another process. Lock holders reach the report, the status file and OpenLineage by
+/// their pid only: the command line of a process holding a warehouse never does.
+#[test]
+fn every_organization_locked_exits_5_naming_holders_by_pid_only() {
+    use std::io::{BufRead, BufReader};
+    const HOLDER: &str = r#"
+import sys, duckdb
+c = duckdb.connect(sys.argv[1], read_only=True)
+print("holding", flush=True)
+sys.stdin.readline()
+"#;
+    let emu = fleet_emulator(2, 30, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["held", "locked"], "");
+    let keys = key_env(2);
+    let first = ["run", "--config", file.to_str().unwrap(), "--only", "held"];
+    assert_exit(&first, &fleet(dir.path(), &emu, &first, &keys), 0);
+    // A process holds `held`'s warehouse, with a secret on its command line; this test process
+    // holds `locked`'s `--out`.
+    let warehouse = dir.path().join("out/orgs/held/state/warehouse.duckdb");
+    let mut holder = Command::new(crate::demo::notebook_python())
+        .args(["-c", HOLDER, warehouse.to_str().unwrap(), "--token=s3cret-of-the-holder"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "holding");
+    let _held = creator_etl::out::OutDir::new(dir.path().join("out/orgs/locked")).lock("fleet run").unwrap();
+    let lineage = dir.path().join("lineage.ndjson");
+    let args = ["run", "--config", file.to_str().unwrap(), "--openlineage-file", lineage.to_str().unwrap()];
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    let status = fleet(dir.path(), &emu, &["status", "--config", file.to_str().unwrap()], &[]);
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    assert_exit(&args, &o, 5);
+    let orgs = by_name(&report(&o));
+    let pid = format!("pid {}", holder.id());
+    let held_error = orgs["held"]["error"].as_str().unwrap();
+    assert!(held_error.contains("is held by another process") && held_error.contains(&pid), "{held_error}");
+    assert!(orgs["locked"]["error"].as_str().unwrap().contains("another run holds the lock"), "{}", orgs["locked"]);
+    for (what, text) in [
+        ("the report", String::from_utf8_lossy(&o.stdout).into_owned()),
+        ("OpenLineage", std::fs::read_to_string(&lineage).unwrap()),
+        ("fleet status", String::from_utf8_lossy(&status.stdout).into_owned()),
+        ("the status file", std::fs::read_to_string(dir.path().join("out/orgs/held/state/fleet-status.json")).unwrap()),
+    ] {
+        assert!(!text.contains("s3cret-of-the-holder") && !text.contains("python"), "{what}: {text}");
+    }
+}
+
+/// Observability that fails costs a warning, never the run or its report: a metrics file that
+/// cannot be written, and an OpenLineage endpoint that refuses, whose URL's credentials and
+/// query never reach the log.
+#[test]
+fn failed_metrics_and_lineage_writes_keep_the_report_and_hide_credentials() {
+    let emu = fleet_emulator(1, 30, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["solo"], "");
+    // A directory that cannot be created: a file is in its place.
+    let blocker = dir.path().join("not-a-dir");
+    std::fs::write(&blocker, "").unwrap();
+    let metrics = blocker.join("fleet.prom");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let url = format!("http://lineage-user:s3cret-pass@{closed}/api/v1/lineage?api_key=t0ken-in-query");
+    let args = [
+        "run",
+        "--config",
+        file.to_str().unwrap(),
+        "--metrics-file",
+        metrics.to_str().unwrap(),
+        "--openlineage-url",
+        &url,
+    ];
+    let o = fleet(dir.path(), &emu, &args, &key_env(1));
+    assert_exit(&args, &o, 0);
+    assert_eq!(by_name(&report(&o))["solo"]["outcome"], "completed", "the report is printed");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("cannot write the metrics file"), "{stderr}");
+    assert!(stderr.contains("cannot send an OpenLineage event") && stderr.contains(&closed.to_string()), "{stderr}");
+    for secret in ["s3cret-pass", "t0ken-in-query", "lineage-user"] {
+        assert!(!stderr.contains(secret), "{secret} in {stderr}");
+    }
+    // A bad URL is refused without echoing its credentials either.
+    let bad = ["run", "--config", file.to_str().unwrap(), "--openlineage-url", "ftp://u:s3cret-pass@host/x"];
+    let o = fleet(dir.path(), &emu, &bad, &key_env(1));
+    assert_exit(&bad, &o, 2);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("s3cret-pass"), "{}", show(&bad, &o));
+}
+
+/// `--only` (and `--shard`) rewrite the metrics of the organizations they sync and keep the
+/// other organizations' series; a shard's file keeps its own shard's organizations only.
+#[test]
+fn a_partial_run_keeps_the_other_organizations_metrics() {
+    let emu = fleet_emulator(4, 30, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["a", "b", "c", "d"];
+    let file = fleet_file(dir.path(), &names, "");
+    let keys = key_env(4);
+    let metrics = dir.path().join("fleet.prom");
+    let m = metrics.to_str().unwrap();
+    let all = ["run", "--config", file.to_str().unwrap(), "--metrics-file", m];
+    assert_exit(&all, &fleet(dir.path(), &emu, &all, &keys), 0);
+    let before = metric_samples(&metrics);
+    let only = ["run", "--config", file.to_str().unwrap(), "--metrics-file", m, "--only", "a"];
+    assert_exit(&only, &fleet(dir.path(), &emu, &only, &keys), 0);
+    let after = metric_samples(&metrics);
+    let stamp =
+        |s: &BTreeMap<String, f64>, n: &str| s[&format!("creator_etl_fleet_last_success_timestamp_seconds{{{n}}}")];
+    assert!(stamp(&after, "a") > stamp(&before, "a"), "a's series are this run's");
+    for n in ["b", "c", "d"] {
+        for (series, value) in before.iter().filter(|(k, _)| k.ends_with(&format!("{{{n}}}"))) {
+            assert_eq!(after.get(series), Some(value), "{series} kept");
+        }
+    }
+    assert_eq!(after.len(), before.len());
+    // A shard's run keeps the series of its own shard's organizations only.
+    let shard = creator_etl::fleet::Shard::parse("0/2").unwrap();
+    let args = ["run", "--config", file.to_str().unwrap(), "--metrics-file", m, "--shard", "0/2", "--only"];
+    let mine: Vec<&str> = names.iter().copied().filter(|n| shard.contains(n)).collect();
+    assert!(!mine.is_empty() && mine.len() < names.len(), "the names split over two shards");
+    let o = fleet(dir.path(), &emu, &[&args[..], &[mine[0]]].concat(), &keys);
+    assert_exit(&args, &o, 0);
+    let orgs: BTreeSet<String> = metric_samples(&metrics)
+        .keys()
+        .map(|k| k.split_once('{').unwrap().1.trim_end_matches('}').to_owned())
+        .collect();
+    assert_eq!(orgs, mine.iter().map(|n| (*n).to_owned()).collect());
+}
+
+/// `fleet status` sends nothing, so it needs no key and no actions file. Distinct keys that
+/// share a 32-bit fingerprint are two keys: the file is valid, and when every key is refused
+/// the fleet exits 4.
+#[test]
+fn status_needs_no_key_and_distinct_keys_are_never_taken_for_one() {
+    let emu = fleet_emulator(0, 0, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["a", "b"], "actions = \"missing.csv\"\n");
+    let args = ["status", "--config", file.to_str().unwrap()];
+    let o = fleet(dir.path(), &emu, &args, &[]);
+    assert_exit(&args, &o, 0);
+    assert_eq!(by_name(&report(&o)).len(), 2);
+    // `run` still needs them, and says so before anything is sent.
+    let run = ["run", "--config", file.to_str().unwrap()];
+    let o = fleet(dir.path(), &emu, &run, &[]);
+    assert_exit(&run, &o, 2);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("`KEY_1` is not set") && stderr.contains("missing.csv"), "{stderr}");
+
+    // Two keys whose FNV-1a fingerprints collide (0xaa0aede4); the emulator knows neither. The
+    // fleet file is written again, without the actions file.
+    fleet_file(dir.path(), &["a", "b"], "");
+    let keys = vec![("KEY_1".to_owned(), "key-901258".to_owned()), ("KEY_2".to_owned(), "key-1540052".to_owned())];
+    let o = fleet(dir.path(), &emu, &run, &keys);
+    assert_exit(&run, &o, 4);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("same API key"), "{}", show(&run, &o));
+    let orgs = by_name(&report(&o));
+    assert!(orgs.values().all(|o| o["outcome"] == "failed" && o["exit_code"] == 4), "{orgs:?}");
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("key-901258"));
+}
+
+/// A fleet status file that cannot be read as a whole (here a field this release does not know)
+/// is neither lost nor overwritten silently: `fleet status` shows what it can with why, and the
+/// next run keeps the file aside, warns, and carries `last_success_at` over.
+#[test]
+fn a_damaged_status_file_keeps_its_last_success() {
+    let emu = fleet_emulator(1, 30, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["solo"], "");
+    let args = ["run", "--config", file.to_str().unwrap()];
+    assert_exit(&args, &fleet(dir.path(), &emu, &args, &key_env(1)), 0);
+    let path = dir.path().join("out/orgs/solo/state/fleet-status.json");
+    let good: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let success = good["last_success_at"].as_str().unwrap().to_owned();
+    let damaged = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("\"last_outcome\": \"completed\"", "\"last_outcome\": \"exploded\"");
+    assert!(damaged.contains("exploded"));
+    std::fs::write(&path, &damaged).unwrap();
+
+    let status = ["status", "--config", file.to_str().unwrap()];
+    let o = fleet(dir.path(), &emu, &status, &[]);
+    assert_exit(&status, &o, 0);
+    let row = &by_name(&report(&o))["solo"];
+    assert_eq!(row["last_success_at"].as_str(), Some(success.as_str()), "{row}");
+    assert!(row["status_error"].as_str().unwrap().contains("fleet-status.json"), "{row}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot be read"), "{}", show(&status, &o));
+
+    // A run that fails (its key is refused) keeps the last success, and the damaged file aside.
+    let o = fleet(dir.path(), &emu, &args, &[("KEY_1".to_owned(), "not-a-key".to_owned())]);
+    assert_exit(&args, &o, 4);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("kept aside"), "{}", show(&args, &o));
+    let now: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(now["last_success_at"].as_str(), Some(success.as_str()), "{now}");
+    assert_eq!(now["last_outcome"], "failed");
+    let aside: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("fleet-status.json.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), damaged);
+    assert_eq!(by_name(&report(&o))["solo"]["last_success_at"].as_str(), Some(success.as_str()));
+}

@@ -149,3 +149,23 @@ async fn hourly_cap_waits_and_completes() {
     let reqs = emu.state.requests();
     assert!(reqs[6].at_ms - reqs[0].at_ms >= 4000.0, "7 requests at 3 per 2 s take two resets");
 }
+
+/// The pacer's memory is one file per service and key, whether the base URL ends in a slash or
+/// not: the second process keeps the first one's rules.
+#[test]
+fn the_pacing_file_does_not_depend_on_a_trailing_slash() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(10));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    for base in [emu.base_url.clone(), format!("{}/", emu.base_url)] {
+        let args = ["extract", "--plan-only", "--base-url", &base, "--out", out.to_str().unwrap()];
+        let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+        assert_exit(&args, &o, 0);
+    }
+    let files: Vec<String> = std::fs::read_dir(out.join("state"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("pacing-"))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+}
