@@ -6,7 +6,9 @@
 //! - An `s3://` lake's files are fetched once, through the same AWS configuration the writer
 //!   uses, into a local cache (`OUT/lake-cache/`, by table and partition). Delta data files are
 //!   never rewritten under the same name, so a cached file stays valid; files no snapshot names
-//!   any more are pruned after an hour.
+//!   any more (of any organization) are pruned after an hour.
+//! - The Delta log is input like any other: a data file's path must be relative and plain
+//!   ([`inside_table`]), or the table is refused.
 //! - With `--org NAME` only that organization's files are read, and the views have exactly the
 //!   warehouse's columns, so every named query answers as it does on that organization's own
 //!   warehouse. Without it the views add the `organization` column (and `year` where the table
@@ -56,6 +58,11 @@ pub struct TableFiles {
     pub partitions: Vec<(String, &'static str)>,
     /// With no file to read: an empty Parquet file that has the table's schema.
     pub empty: Option<PathBuf>,
+    /// With files to read: an empty Parquet file with the table's current columns (partition
+    /// columns aside), laid out as a partition, read with them. Files written before a column
+    /// was added (an older creator-etl) then read it as NULL, even when every file of the
+    /// organization predates it.
+    pub schema_file: Option<PathBuf>,
 }
 
 /// The lake's current snapshot, resolved to local files.
@@ -80,7 +87,8 @@ impl Snapshot {
             let source = match &t.empty {
                 Some(empty) => format!("read_parquet({})", quote(&empty.display().to_string())),
                 None => {
-                    let files: Vec<String> = t.files.iter().map(|f| quote(&f.display().to_string())).collect();
+                    let files: Vec<String> =
+                        t.files.iter().chain(&t.schema_file).map(|f| quote(&f.display().to_string())).collect();
                     let types: Vec<String> = t.partitions.iter().map(|(c, ty)| format!("'{c}': {ty}")).collect();
                     format!(
                         "read_parquet([{}], hive_partitioning = true, hive_types = {{{}}}, union_by_name = true)",
@@ -183,13 +191,16 @@ pub async fn resolve_tables(
             let field = schema.field_with_name(column).map_err(|e| lake_err(table, e))?;
             partitions.push((column.to_string(), duckdb_type(field.data_type())));
         }
-        // The snapshot's files: relative path, size, organization.
+        // The snapshot's files: relative path, size, organization; and every file it names, for
+        // the cache's pruning.
         let mut wanted = vec![];
+        let mut named = vec![];
         for file in state.log_data().iter() {
             if file.deletion_vector_descriptor().is_some() {
                 return Err(lake_err(table, "a file has deletion vectors, which `query --lake` does not read; read it with Spark, Trino or delta-rs"));
             }
             let path = file.path().into_owned();
+            let relative = inside_table(table, &path)?;
             let values = file.partition_values_map();
             let org = values.get("organization").cloned().flatten().unwrap_or_default();
             // DuckDB takes the partition values from the path: it must say what the log says.
@@ -201,30 +212,63 @@ pub async fn resolve_tables(
             }
             organizations.insert(org.clone());
             if source.org.as_ref().is_none_or(|o| *o == org) {
-                wanted.push((path, file.size() as u64));
+                wanted.push((path, relative.clone(), file.size() as u64));
             }
+            named.push(relative);
         }
         let files = match &local_dir {
-            Some(dir) => wanted.iter().map(|(p, _)| dir.join(p)).collect(),
-            None => fetch(&t, table, &cache.join(table), &wanted).await?,
+            Some(dir) => wanted.iter().map(|(_, rel, _)| dir.join(rel)).collect(),
+            None => fetch(&t, table, &cache.join(table), &wanted, &named).await?,
         };
-        let empty = if files.is_empty() { Some(empty_file(&cache, table, schema.as_ref())?) } else { None };
-        out.push(TableFiles { table, version: t.version().unwrap_or_default(), files, partitions, empty });
+        let (empty, schema_file) = if files.is_empty() {
+            (Some(empty_file(&cache, table, schema.as_ref())?), None)
+        } else {
+            (None, Some(schema_file(&cache, table, schema.as_ref())?))
+        };
+        out.push(TableFiles { table, version: t.version().unwrap_or_default(), files, partitions, empty, schema_file });
     }
     organizations.remove("");
     Ok(Snapshot { organizations, tables: out })
 }
 
+/// A data file's path as the Delta log gives it, checked to stay inside its table: relative,
+/// made of plain names only. Anyone who can write to the lake's storage can write its log, so an
+/// absolute path, a URI, or a `..` would otherwise read from, or write into the cache at, any
+/// place on this machine.
+fn inside_table(table: &str, path: &str) -> Result<PathBuf, QueryError> {
+    use std::path::Component;
+    let relative = Path::new(path);
+    let plain = !path.is_empty()
+        && !path.contains("://")
+        && !path.contains('\\')
+        && relative.components().all(|c| matches!(c, Component::Normal(_)));
+    if !plain {
+        return Err(lake_err(
+            table,
+            format!("its Delta log names the data file `{path}`, which is not a plain path inside the table; refusing to read it (creator-etl writes only relative paths: check who writes to this lake)"),
+        ));
+    }
+    Ok(relative.to_path_buf())
+}
+
 /// Fetches the files a snapshot names into the cache (those not there yet), and prunes cached
-/// files that no snapshot has named for [`CACHE_GRACE`].
-async fn fetch(t: &DeltaTable, table: &str, dir: &Path, wanted: &[(String, u64)]) -> Result<Vec<PathBuf>, QueryError> {
+/// files that no snapshot has named for [`CACHE_GRACE`]. `wanted` are (log path, checked
+/// relative path, size); `named` is every file of the snapshot, also other organizations' that
+/// this query does not read, so that their cached copies stay.
+async fn fetch(
+    t: &DeltaTable,
+    table: &str,
+    dir: &Path,
+    wanted: &[(String, PathBuf, u64)],
+    named: &[PathBuf],
+) -> Result<Vec<PathBuf>, QueryError> {
     let store = t.object_store();
-    let local: Vec<PathBuf> = wanted.iter().map(|(p, _)| dir.join(p)).collect();
+    let local: Vec<PathBuf> = wanted.iter().map(|(_, rel, _)| dir.join(rel)).collect();
     let missing: Vec<(String, PathBuf)> = wanted
         .iter()
         .zip(&local)
-        .filter(|((_, size), path)| std::fs::metadata(path).map_or(true, |m| m.len() != *size))
-        .map(|((p, _), path)| (p.clone(), path.clone()))
+        .filter(|((_, _, size), path)| std::fs::metadata(path).map_or(true, |m| m.len() != *size))
+        .map(|((p, _, _), path)| (p.clone(), path.clone()))
         .collect();
     futures_util::stream::iter(missing)
         .map(|(rel, path)| {
@@ -240,7 +284,8 @@ async fn fetch(t: &DeltaTable, table: &str, dir: &Path, wanted: &[(String, u64)]
         .buffer_unordered(FETCH_CONCURRENCY)
         .try_collect::<Vec<_>>()
         .await?;
-    prune(dir, &local);
+    let keep: Vec<PathBuf> = named.iter().map(|rel| dir.join(rel)).collect();
+    prune(dir, &keep);
     Ok(local)
 }
 
@@ -264,6 +309,25 @@ fn prune(dir: &Path, keep: &[PathBuf]) {
             }
         }
     }
+}
+
+/// An empty Parquet file with a table's current columns except the partition columns, at a
+/// path laid out as a partition (`organization=…/year=…`), so DuckDB reads it with the table's
+/// files (see [`TableFiles::schema_file`]). It holds no row, so the partition values are moot.
+fn schema_file(cache: &Path, table: &str, schema: &deltalake::arrow::datatypes::Schema) -> Result<PathBuf, QueryError> {
+    use deltalake::parquet::arrow::ArrowWriter;
+    let partitions = partition_columns(table);
+    let fields: Vec<_> = schema.fields().iter().filter(|f| !partitions.contains(&f.name().as_str())).cloned().collect();
+    let data = std::sync::Arc::new(deltalake::arrow::datatypes::Schema::new(fields));
+    let mut writer = ArrowWriter::try_new(vec![], data, None).map_err(|e| lake_err(table, e))?;
+    writer.finish().map_err(|e| lake_err(table, e))?;
+    let mut path = cache.join("schema").join(table);
+    for column in partitions {
+        path.push(if *column == "year" { "year=0".to_owned() } else { format!("{column}=__schema__") });
+    }
+    let path = path.join("schema.parquet");
+    crate::out::write_atomic(&path, writer.inner()).map_err(|e| cache_err(table, e))?;
+    Ok(path)
 }
 
 /// An empty Parquet file with a table's schema, for a view over no files.
@@ -291,6 +355,7 @@ mod tests {
                 files: vec!["/l/content_daily/organization=acme/year=2026/a'b.parquet".into()],
                 partitions: vec![("organization".into(), "VARCHAR"), ("year".into(), "BIGINT")],
                 empty: None,
+                schema_file: None,
             }],
         };
         let sql = snapshot.views_sql(Some("acme"));

@@ -276,4 +276,104 @@ os._exit(0)
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let got: Vec<(String, Option<String>)> = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(got, vec![("earlier".to_owned(), None), ("later".to_owned(), Some("full".to_owned()))]);
+
+    // Regression: with `--org`, an organization whose files all predate the new columns still
+    // binds every query (they read as NULL); `run_health` failed on the missing columns.
+    for org in ["earlier", "later"] {
+        let args =
+            ["query", "run_health", "--lake", &lake, "--org", org, "--format", "csv", "--out", a.to_str().unwrap()];
+        let o = run_bin(dir.path(), &args, &[]);
+        assert_exit(&args, &o, 0);
+        assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2, "{}", show(&args, &o));
+    }
+}
+
+/// Regression: a data file's path from the Delta log was joined to the table's directory (read
+/// in place) or to the cache (written) unchecked, so a log entry naming `..` or an absolute
+/// path read or wrote anywhere on the reader's machine. Such an entry is now refused, naming
+/// the table and the path.
+#[test]
+fn a_delta_log_naming_a_file_outside_its_table_is_refused() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(40));
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let a = dir.path().join("a");
+    extract(&emu, &a);
+    let o = spawn_load(&a, &lake, "acme", &[]).wait_with_output().unwrap();
+    assert_exit(&[], &o, 0);
+    // A real data file, copied outside the lake, named by a commit that climbs out of the table.
+    let table = dir.path().join("lake/applications");
+    let part = std::fs::read_dir(table.join("organization=acme")).unwrap().flatten().next().unwrap().path();
+    std::fs::copy(&part, dir.path().join("evil.parquet")).unwrap();
+    let log = table.join("_delta_log");
+    let last = std::fs::read_dir(&log)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json")?.parse::<u64>().ok())
+        .max()
+        .unwrap();
+    for (n, path) in [(last + 1, "organization=acme/../../../evil.parquet"), (last + 2, "/etc/passwd")] {
+        let add = serde_json::json!({"add": {
+            "path": path, "partitionValues": {"organization": "acme"}, "size": 100,
+            "modificationTime": 0, "dataChange": true
+        }});
+        std::fs::write(log.join(format!("{n:020}.json")), format!("{add}\n")).unwrap();
+        let args = ["query", "status_changes", "--lake", &lake, "--org", "acme", "--out", a.to_str().unwrap()];
+        let o = run_bin(dir.path(), &args, &[]);
+        assert_exit(&args, &o, 1);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("`applications`") && err.contains(path) && err.contains("not a plain path"), "{err}");
+    }
+}
+
+/// Regression: with `--org`, the cache kept only that organization's files and removed the
+/// other organizations' current files once they were an hour old, so every query of another
+/// organization fetched them again. Only files no snapshot names are pruned.
+#[test]
+fn a_query_of_one_organization_keeps_the_others_cached_files() {
+    let moto = Moto::start(&crate::demo::notebook_python(), "lake");
+    let emu = TestEmu::start(EmulatorConfig::for_tests(40));
+    let dir = tempfile::tempdir().unwrap();
+    let lake = "s3://lake/creator-etl";
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    extract(&emu, &a);
+    extract(&emu, &b);
+    for (out, org) in [(&a, "acme"), (&b, "brand-2")] {
+        let o = spawn_load(out, lake, org, &moto.envs).wait_with_output().unwrap();
+        assert_exit(&[], &o, 0);
+    }
+    let envs: Vec<(&str, &str)> = moto.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let reader = dir.path().join("reader");
+    let query = |org: &str| {
+        let args = ["query", "status_changes", "--lake", lake, "--org", org, "--out", reader.to_str().unwrap()];
+        assert_exit(&args, &run_bin(dir.path(), &args, &envs), 0);
+    };
+    query("brand-2");
+    let cached = |org: &str| -> Vec<std::path::PathBuf> {
+        let mut found = vec![];
+        let mut stack = vec![reader.join("lake-cache")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.to_string_lossy().contains(&format!("organization={org}/"))
+                    && !p.starts_with(reader.join("lake-cache").join("schema"))
+                {
+                    found.push(p);
+                }
+            }
+        }
+        found
+    };
+    let brand = cached("brand-2");
+    assert!(!brand.is_empty());
+    // Two hours old: past the cache's grace, but still named by the current snapshot.
+    for f in &brand {
+        let o = Command::new("touch").args(["-d", "2 hours ago"]).arg(f).output().unwrap();
+        assert!(o.status.success());
+    }
+    query("acme");
+    let missing: Vec<_> = brand.iter().filter(|f| !f.exists()).collect();
+    assert!(missing.is_empty(), "current files of brand-2 were pruned: {missing:?}");
 }
