@@ -295,7 +295,8 @@ async fn restore_from_lake(
     let o = out.clone();
     let [local_runs, local_journal] = blocking("restore check", move || local_run_ids(&o)).await?;
     let cache = out.root().join(".lake-restore");
-    let source = LakeSource { url: lake.url.clone(), org: Some(lake.org.clone()), cache: cache.clone() };
+    let source =
+        LakeSource { url: lake.url.clone(), org: Some(lake.org.clone()), cache: cache.clone(), at_versions: None };
     let failed = |e: crate::query::QueryError| {
         crate::load::LoadError::Lake(format!(
             "cannot read organization `{}`'s state from the lake `{}`, which a run reads before it sends anything (to restore `{}` if it is empty or behind): {e}",

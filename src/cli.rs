@@ -426,10 +426,19 @@ pub struct QueryArgs {
     /// With `--lake`: only this organization's rows, with the warehouse's columns
     #[arg(long, value_name = "NAME")]
     pub org: Option<String>,
+    /// With `--lake`: read every table at the versions in this report (the JSON that `load
+    /// --lake` or `run --lake` printed: its `lake.versions`), which is exactly that sync's data
+    #[arg(long, value_name = "FILE")]
+    pub at_versions: Option<PathBuf>,
 }
 
 impl QueryArgs {
     pub fn config(&self, global: &GlobalArgs) -> Result<QueryConfig, Error> {
+        if self.lake.is_none() && self.at_versions.is_some() {
+            return Err(Error::Config(vec![
+                "`--at-versions` reads a lake at given versions; it goes with `--lake`".into()
+            ]));
+        }
         let source = match (&self.lake, &self.org) {
             (None, None) => Source::Warehouse(global.out.join("warehouse.duckdb")),
             (None, Some(_)) => {
@@ -441,7 +450,14 @@ impl QueryArgs {
                 let mut problems = vec![];
                 match checked_lake(url, org.as_deref(), &mut problems) {
                     Some(url) if problems.is_empty() => {
-                        Source::Lake(LakeSource { url, org: org.clone(), cache: global.out.join("lake-cache") })
+                        let at_versions =
+                            self.at_versions.as_deref().map(crate::query::lake::versions_of_report).transpose()?;
+                        Source::Lake(LakeSource {
+                            url,
+                            org: org.clone(),
+                            cache: global.out.join("lake-cache"),
+                            at_versions,
+                        })
                     }
                     _ => return Err(Error::Config(problems)),
                 }

@@ -15,8 +15,12 @@
 //!   is partitioned by it), and the named queries, written for one organization, refuse a lake
 //!   that holds several.
 //!
-//! Each table is read at its own current version (reported by [`Snapshot::versions`]); the
-//! writer commits `runs` last, so a sync listed there is complete in every other table.
+//! Each table is read at its own current version (reported by [`Snapshot::versions`]), `runs`
+//! first: the writer commits `runs` last, so an organization listed there has a completed sync
+//! in every other table. A table may already hold a newer sync's rows than `runs` lists (one
+//! committed while the tables were resolved), and the tables of an organization being synced
+//! may come from two syncs. `--at-versions` reads every table at the versions one load
+//! committed: exactly that sync.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -45,6 +49,29 @@ pub struct LakeSource {
     pub org: Option<String>,
     /// Where an object-storage lake's files are cached.
     pub cache: PathBuf,
+    /// Read every table at these versions (`--at-versions`: a load's `lake.versions`) instead
+    /// of its current one.
+    pub at_versions: Option<BTreeMap<String, u64>>,
+}
+
+/// The table versions a load or run report committed: its `lake.versions` (a `load` report) or
+/// `load.lake.versions` (a `run` report), for `query --at-versions FILE`.
+pub fn versions_of_report(path: &Path) -> Result<BTreeMap<String, u64>, QueryError> {
+    let shown = path.display();
+    let bytes = std::fs::read(path).map_err(|source| QueryError::Read { path: shown.to_string(), source })?;
+    let report: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| QueryError::Versions(format!("`{shown}` is not JSON ({e})")))?;
+    let versions = [&report["lake"]["versions"], &report["load"]["lake"]["versions"]]
+        .into_iter()
+        .find(|v| v.is_object())
+        .ok_or_else(|| {
+            QueryError::Versions(format!(
+                "`{shown}` has no `lake.versions`: give the JSON report that `load --lake` or `run --lake` printed"
+            ))
+        })?;
+    serde_json::from_value(versions.clone()).map_err(|e| {
+        QueryError::Versions(format!("`{shown}`: `lake.versions` is not a map of tables to versions ({e})"))
+    })
 }
 
 /// One table of the snapshot, as DuckDB will read it.
@@ -164,7 +191,11 @@ pub async fn resolve_tables(
     let cache = source.cache.join(format!("{:08x}", crate::api::fnv1a(source.url.as_bytes())));
     let mut organizations = BTreeSet::new();
     let mut out = vec![];
-    for &table in wanted_tables {
+    // `runs` first: the writer commits it last, so every organization this snapshot of `runs`
+    // lists has a completed sync in the data tables resolved after it (at that sync or a newer
+    // one).
+    let order = wanted_tables.iter().filter(|t| **t == "runs").chain(wanted_tables.iter().filter(|t| **t != "runs"));
+    for &table in order {
         let url = format!("{}/{table}", source.url);
         let parsed = reqwest::Url::parse(&url).map_err(|e| lake_err(table, e))?;
         let local_dir = parsed.to_file_path().ok();
@@ -174,12 +205,20 @@ pub async fn resolve_tables(
             }
             return Err(QueryError::NoLake { url: source.url.clone(), table: table.to_owned() });
         }
-        let t = match DeltaTable::try_from_url(parsed).await {
+        let mut t = match DeltaTable::try_from_url(parsed).await {
             Ok(t) if t.version().is_some() => t,
             Ok(_) if missing_ok => continue,
             Ok(_) => return Err(QueryError::NoLake { url: source.url.clone(), table: table.to_owned() }),
             Err(e) => return Err(lake_err(table, format!("cannot open `{url}`: {e}"))),
         };
+        if let Some(versions) = &source.at_versions {
+            let version = *versions
+                .get(table)
+                .ok_or_else(|| QueryError::Versions(format!("`--at-versions` names no version of `{table}`")))?;
+            t.load_version(version)
+                .await
+                .map_err(|e| lake_err(table, format!("cannot read version {version} (`--at-versions`): {e}")))?;
+        }
         let state = t.snapshot().map_err(|e| lake_err(table, e))?;
         let mode = state.metadata().configuration().get("delta.columnMapping.mode").cloned();
         if mode.is_some_and(|m| m != "none") {

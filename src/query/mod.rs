@@ -54,6 +54,8 @@ pub enum QueryError {
     UnknownOrganization { org: String, holds: Vec<String> },
     #[error("lake: {0}")]
     Lake(String),
+    #[error("`--at-versions`: {0}")]
+    Versions(String),
     #[error("query failed: {0}")]
     Db(String),
 }

@@ -377,3 +377,39 @@ fn a_query_of_one_organization_keeps_the_others_cached_files() {
     let missing: Vec<_> = brand.iter().filter(|f| !f.exists()).collect();
     assert!(missing.is_empty(), "current files of brand-2 were pruned: {missing:?}");
 }
+
+/// `query --at-versions FILE` reads every table at the versions one load committed (its report's
+/// `lake.versions`): exactly that sync, whatever was committed since. A file without them is a
+/// usage error.
+#[test]
+fn a_query_at_the_versions_of_a_load_reads_that_sync() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(40));
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let a = dir.path().join("a");
+    extract(&emu, &a);
+    let first = spawn_load(&a, &lake, "acme", &[]).wait_with_output().unwrap();
+    assert_exit(&[], &first, 0);
+    let report = dir.path().join("first-load.json");
+    std::fs::write(&report, &first.stdout).unwrap();
+    // A second sync of the same organization, committed after the first.
+    let args = ["run", "--base-url", &emu.base_url, "--out", a.to_str().unwrap(), "--lake", &lake, "--org", "acme"];
+    assert_exit(&args, &run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]), 0);
+    let sql = dir.path().join("runs.sql");
+    std::fs::write(&sql, "SELECT count(*) AS runs FROM runs").unwrap();
+    let query = |extra: &[&str]| {
+        let mut args = vec!["query", sql.to_str().unwrap(), "--format", "csv", "--lake", &lake, "--org", "acme"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--out", a.to_str().unwrap()]);
+        run_bin(dir.path(), &args, &[])
+    };
+    let now = query(&[]);
+    assert_exit(&[], &now, 0);
+    assert_eq!(String::from_utf8_lossy(&now.stdout), "runs\n2\n");
+    let then = query(&["--at-versions", report.to_str().unwrap()]);
+    assert_exit(&[], &then, 0);
+    assert_eq!(String::from_utf8_lossy(&then.stdout), "runs\n1\n");
+    let bad = query(&["--at-versions", sql.to_str().unwrap()]);
+    assert_exit(&[], &bad, 2);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--at-versions"), "{}", show(&[], &bad));
+}
