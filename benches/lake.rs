@@ -77,7 +77,10 @@ fn main() {
                 let tasks: Vec<_> = staged
                     .iter()
                     .map(|(org, dir)| {
-                        let (lake, dir) = (LakeConfig { url: url.clone(), org: org.clone() }, dir.clone());
+                        let (lake, dir) = (
+                            LakeConfig { url: url.clone(), org: org.clone(), unconditional_writes_ok: false },
+                            dir.clone(),
+                        );
                         tokio::spawn(async move { creator_etl::load::lake::commit(&lake, &dir).await })
                     })
                     .collect();

@@ -61,7 +61,7 @@ fn main() {
             reset_peak_rss();
             let staged = dir.path().join(".lake-staging");
             let url = format!("file://{}", dir.path().join("lake").display());
-            let lake = LakeConfig { url, org: "bench".into() };
+            let lake = LakeConfig { url, org: "bench".into(), unconditional_writes_ok: false };
             let t = Instant::now();
             creator_etl::load::lake::stage(&OutDir::new(dir.path()), "bench", &staged).expect("stage");
             let stage_ms = t.elapsed().as_millis() as u64;

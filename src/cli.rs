@@ -196,10 +196,14 @@ impl FleetSelect {
 pub struct FleetRunArgs {
     #[command(flatten)]
     pub select: FleetSelect,
-    /// Write one shared Delta Lake (`file:///path` or `s3://bucket/prefix`), each organization
-    /// under its name, instead of a warehouse per organization
+    /// Also write one shared Delta Lake (`file:///path` or `s3://bucket/prefix`), each
+    /// organization under its name; each keeps its own warehouse
     #[arg(long, env = "CREATOR_ETL_LAKE", value_name = "URL")]
     pub lake: Option<String>,
+    /// Accept an `s3://` lake whose endpoint ignores conditional writes (`If-None-Match`), which
+    /// the first commit probes: two writers could then both commit one Delta version and lose one
+    #[arg(long, env = "CREATOR_ETL_LAKE_UNSAFE_NO_CONDITIONAL_WRITES")]
+    pub lake_unsafe_no_conditional_writes: bool,
     /// At most N transforms, loads and lake commits at once (they use CPU; extracts only wait)
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub max_loads: usize,
@@ -391,7 +395,11 @@ impl FleetRunArgs {
             cohort_edges: self.cohort_edges.clone(),
             strict: self.strict,
             parquet_grace: crate::load::DEFAULT_PARQUET_GRACE,
-            lake: lake.map(|url| crate::load::lake::LakeConfig { url: url.to_owned(), org: org.name.clone() }),
+            lake: lake.map(|url| crate::load::lake::LakeConfig {
+                url: url.to_owned(),
+                org: org.name.clone(),
+                unconditional_writes_ok: self.lake_unsafe_no_conditional_writes,
+            }),
         };
         Ok(Job { name: org.name.clone(), client, extract, load, actions })
     }
@@ -573,6 +581,10 @@ pub struct LoadOptions {
     /// The organization whose data this is, a slug (`acme`, `brand-2`); required with `--lake`
     #[arg(long, value_name = "NAME")]
     pub org: Option<String>,
+    /// Accept an `s3://` lake whose endpoint ignores conditional writes (`If-None-Match`), which
+    /// the first commit probes: two writers could then both commit one Delta version and lose one
+    #[arg(long, env = "CREATOR_ETL_LAKE_UNSAFE_NO_CONDITIONAL_WRITES")]
+    pub lake_unsafe_no_conditional_writes: bool,
 }
 
 impl LoadOptions {
@@ -591,8 +603,13 @@ impl LoadOptions {
                 problems.push("`--lake` needs `--org NAME`: the organization whose rows this load replaces".into());
                 None
             }
-            (Some(url), Some(org)) => checked_lake(url, Some(org), &mut problems)
-                .map(|url| crate::load::lake::LakeConfig { url, org: org.clone() }),
+            (Some(url), Some(org)) => {
+                checked_lake(url, Some(org), &mut problems).map(|url| crate::load::lake::LakeConfig {
+                    url,
+                    org: org.clone(),
+                    unconditional_writes_ok: self.lake_unsafe_no_conditional_writes,
+                })
+            }
         };
         if !problems.is_empty() {
             return Err(Error::Config(problems));

@@ -44,6 +44,62 @@ pub struct LakeConfig {
     pub url: String,
     /// The organization's slug: the value of every row's `organization` column.
     pub org: String,
+    /// Commit to an `s3://` lake whose endpoint failed the conditional-write probe
+    /// ([`check_conditional_writes`]).
+    pub unconditional_writes_ok: bool,
+}
+
+/// Checks, once per process and lake, that an `s3://` lake's endpoint refuses a second
+/// create-if-absent write of one object. Delta's commits on object storage are atomic only
+/// through that (`If-None-Match: *`): on an endpoint that ignores it, two writers can both
+/// commit one version, and one commit's rows are lost. A scratch object under
+/// `<lake>/_creator_etl_probe/` is written twice with the store Delta commits through, then
+/// removed. `file://` lakes need no probe.
+pub async fn check_conditional_writes(lake: &LakeConfig) -> Result<(), LoadError> {
+    use deltalake::logstore::object_store::{self, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+    static PASSED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::OnceLock::new();
+    if !lake.url.starts_with("s3://") || lake.unconditional_writes_ok {
+        return Ok(());
+    }
+    let passed = PASSED.get_or_init(Default::default);
+    if passed.lock().unwrap_or_else(|e| e.into_inner()).contains(&lake.url) {
+        return Ok(());
+    }
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").map_or_else(|_| "AWS S3".to_owned(), |e| format!("`{e}`"));
+    let failed = |what: &str, e: &dyn std::fmt::Display| {
+        LoadError::Lake(format!(
+            "cannot check that the object store of `{}` ({endpoint}) honours conditional writes: {what}: {e}",
+            lake.url
+        ))
+    };
+    let url = format!("{}/_creator_etl_probe", lake.url);
+    let parsed = reqwest::Url::parse(&url).map_err(|e| failed("the URL", &e))?;
+    let table = deltalake::DeltaTableBuilder::from_url(parsed)
+        .and_then(|b| b.build())
+        .map_err(|e| failed("open the store", &e))?;
+    let store = table.object_store();
+    let path = deltalake::Path::from(format!("probe-{}-{:016x}", std::process::id(), fastrand::u64(..)));
+    let create = || PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+    store
+        .put_opts(&path, PutPayload::from_static(b"creator-etl conditional write probe"), create())
+        .await
+        .map_err(|e| failed("write a scratch object", &e))?;
+    let second = store.put_opts(&path, PutPayload::from_static(b"second"), create()).await;
+    if let Err(e) = store.delete(&path).await {
+        tracing::warn!(path = %path, error = %e, "cannot remove the conditional-write probe's scratch object");
+    }
+    match second {
+        Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
+            passed.lock().unwrap_or_else(|e| e.into_inner()).insert(lake.url.clone());
+            Ok(())
+        }
+        Ok(_) => Err(LoadError::Lake(format!(
+            "the object store of `{}` ({endpoint}) accepted a second create-if-absent write of one object: it ignores conditional writes (`If-None-Match`), so two writers could both commit one Delta version and one commit would be lost. Use a store that honours them (AWS S3 does), or accept the risk with `--lake-unsafe-no-conditional-writes`",
+            lake.url
+        ))),
+        Err(e) => Err(failed("the second write", &e)),
+    }
 }
 
 /// What a lake commit did; part of the load report.
@@ -170,6 +226,7 @@ async fn commit_table(
     if let Ok(dir) = parsed.to_file_path() {
         std::fs::create_dir_all(&dir).map_err(io_err("create the lake table directory", &dir))?;
     }
+    check_conditional_writes(lake).await?;
     let mut attempt = 0;
     loop {
         attempt += 1;

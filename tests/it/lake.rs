@@ -413,3 +413,33 @@ fn a_query_at_the_versions_of_a_load_reads_that_sync() {
     assert_exit(&[], &bad, 2);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--at-versions"), "{}", show(&[], &bad));
 }
+
+/// Delta's commits on object storage are atomic only where the endpoint honours conditional
+/// writes. The first commit to an `s3://` lake probes it: an endpoint that accepts a second
+/// create-if-absent write of one object is refused, naming it, unless
+/// `--lake-unsafe-no-conditional-writes` accepts the risk. moto honours them (every S3 test).
+#[test]
+fn an_s3_endpoint_without_conditional_writes_is_refused() {
+    let careless = crate::moto::Careless::start();
+    let emu = TestEmu::start(EmulatorConfig::for_tests(30));
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    extract(&emu, &a);
+    let envs: Vec<(&str, &str)> = careless.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let endpoint = envs.iter().find(|(k, _)| *k == "AWS_ENDPOINT_URL").unwrap().1;
+    let args = ["load", "--out", a.to_str().unwrap(), "--lake", "s3://lake/x", "--org", "acme"];
+    let o = run_bin(dir.path(), &args, &envs);
+    assert_exit(&args, &o, 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("ignores conditional writes")
+            && err.contains(endpoint)
+            && err.contains("--lake-unsafe-no-conditional-writes"),
+        "{err}"
+    );
+    // Accepted: the probe is skipped (this fake store serves no listing, so the commit itself
+    // then fails, for another reason).
+    let args = [&args[..], &["--lake-unsafe-no-conditional-writes"]].concat();
+    let o = run_bin(dir.path(), &args, &envs);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("conditional writes"), "{}", show(&args, &o));
+}

@@ -340,7 +340,7 @@ fn a_lake_written_at_an_older_schema_restores() {
     ))
     .unwrap();
     drop(conn);
-    let config = LakeConfig { url: lake.clone(), org: "main".into() };
+    let config = LakeConfig { url: lake.clone(), org: "main".into(), unconditional_writes_ok: false };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(commit_tables(&config, &staged, &tables())).unwrap();
     assert!(!dir.path().join("lake/action_journal").exists());
