@@ -225,7 +225,8 @@ impl Pacer {
     /// told apart by the keys themselves (in memory only): two keys with one fingerprint have
     /// two budgets.
     pub fn shared(base_url: &str, key: &ApiKey, config: PacingConfig) -> Arc<Pacer> {
-        static REGISTRY: OnceLock<Mutex<HashMap<(String, ApiKey), Weak<Pacer>>>> = OnceLock::new();
+        type Registry = Mutex<HashMap<(String, ApiKey), Weak<Pacer>>>;
+        static REGISTRY: OnceLock<Registry> = OnceLock::new();
         let registry = REGISTRY.get_or_init(Default::default);
         let mut map = registry.lock().unwrap_or_else(|e| e.into_inner());
         // Dropped pacers are swept when the map doubles, not on every call: a fleet builds

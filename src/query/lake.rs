@@ -195,6 +195,15 @@ pub async fn resolve_tables(
     // lists has a completed sync in the data tables resolved after it (at that sync or a newer
     // one).
     let order = wanted_tables.iter().filter(|t| **t == "runs").chain(wanted_tables.iter().filter(|t| **t != "runs"));
+    // A local lake without a table is named by the first table missing, in the caller's order.
+    if !missing_ok {
+        for &table in wanted_tables {
+            let dir = reqwest::Url::parse(&format!("{}/{table}", source.url)).ok().and_then(|u| u.to_file_path().ok());
+            if dir.is_some_and(|d| !d.join("_delta_log").is_dir()) {
+                return Err(QueryError::NoLake { url: source.url.clone(), table: table.to_owned() });
+            }
+        }
+    }
     for &table in order {
         let url = format!("{}/{table}", source.url);
         let parsed = reqwest::Url::parse(&url).map_err(|e| lake_err(table, e))?;

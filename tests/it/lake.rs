@@ -420,7 +420,7 @@ fn a_query_at_the_versions_of_a_load_reads_that_sync() {
 /// `--lake-unsafe-no-conditional-writes` accepts the risk. moto honours them (every S3 test).
 #[test]
 fn an_s3_endpoint_without_conditional_writes_is_refused() {
-    let careless = crate::moto::Careless::start();
+    let careless = Careless::start();
     let emu = TestEmu::start(EmulatorConfig::for_tests(30));
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a");
@@ -442,4 +442,72 @@ fn an_s3_endpoint_without_conditional_writes_is_refused() {
     let args = [&args[..], &["--lake-unsafe-no-conditional-writes"]].concat();
     let o = run_bin(dir.path(), &args, &envs);
     assert!(!String::from_utf8_lossy(&o.stderr).contains("conditional writes"), "{}", show(&args, &o));
+}
+
+/// An S3-like endpoint that ignores `If-None-Match`: every PUT is stored and answered 200, as
+/// some S3-compatible stores do. Enough of S3 for the lake's conditional-write probe.
+const CARELESS: &str = r#"
+import hashlib, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+store = {}
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def _send(self, code, body=b"", etag=None):
+        self.send_response(code)
+        if etag: self.send_header("ETag", '"%s"' % etag)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD": self.wfile.write(body)
+    def do_PUT(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        store[self.path] = body
+        self._send(200, etag=hashlib.md5(body).hexdigest())
+    def do_GET(self):
+        if self.path in store: self._send(200, store[self.path], hashlib.md5(store[self.path]).hexdigest())
+        else: self._send(404, b"<Error><Code>NoSuchKey</Code></Error>")
+    do_HEAD = do_GET
+    def do_DELETE(self):
+        store.pop(self.path, None); self._send(204)
+s = HTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+
+/// A local endpoint that ignores conditional writes, with the AWS variables that point at it.
+pub struct Careless {
+    child: Child,
+    pub envs: Vec<(String, String)>,
+}
+
+impl Careless {
+    pub fn start() -> Careless {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new("python3")
+            .args(["-c", CARELESS])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start python3");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().to_owned();
+        let envs = [
+            ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
+            ("AWS_ACCESS_KEY_ID", "test".into()),
+            ("AWS_SECRET_ACCESS_KEY", "test".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        Careless { child, envs }
+    }
+}
+
+impl Drop for Careless {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
