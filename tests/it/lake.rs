@@ -490,17 +490,7 @@ impl Careless {
             .expect("start python3");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let port = line.trim().to_owned();
-        let envs = [
-            ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
-            ("AWS_ACCESS_KEY_ID", "test".into()),
-            ("AWS_SECRET_ACCESS_KEY", "test".into()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_ALLOW_HTTP", "true".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
+        let envs = crate::moto::aws_envs(line.trim());
         Careless { child, envs }
     }
 }

@@ -43,16 +43,7 @@ impl Moto {
             }
         });
         let port = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("moto_server printed its address");
-        let envs: Vec<(String, String)> = [
-            ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
-            ("AWS_ACCESS_KEY_ID", "test".into()),
-            ("AWS_SECRET_ACCESS_KEY", "test".into()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_ALLOW_HTTP", "true".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
+        let envs = aws_envs(&port);
         let o = Command::new(python)
             .args(["-c", &format!("import boto3; boto3.client('s3').create_bucket(Bucket='{bucket}')")])
             .envs(envs.iter().map(|(k, v)| (k, v)))
@@ -68,4 +59,18 @@ impl Drop for Moto {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The standard AWS variables that point at a local S3 endpoint on `port`.
+pub fn aws_envs(port: &str) -> Vec<(String, String)> {
+    [
+        ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ALLOW_HTTP", "true".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
 }

@@ -250,6 +250,22 @@ fn a_run_killed_on_a_lost_out_is_followed_by_no_second_send() {
     }
 }
 
+/// Appends an approved sale update of the `nth` updatable sale to the reviewed file; its id.
+fn approve_one_more(emu: &TestEmu, file: &std::path::Path, nth: usize, total: u32, row_id: &str) -> i64 {
+    let sale = emu
+        .state
+        .sales()
+        .into_iter()
+        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
+        .map(|s| s.id)
+        .nth(nth)
+        .unwrap();
+    let mut text = std::fs::read_to_string(file).unwrap();
+    text.push_str(&format!("update_sale,yes,{sale},,{total},,,,ann,,{row_id}\n"));
+    std::fs::write(file, text).unwrap();
+    sale
+}
+
 /// An `--out` that fell behind (its organization was synced from another `--out` meanwhile, as
 /// when shards are changed and changed back) takes the lake's state before it sends anything:
 /// a row the other `--out` applied is not sent again, and the lake's ledger keeps every run.
@@ -264,17 +280,7 @@ fn an_out_that_fell_behind_takes_the_lakes_state_first() {
     let first = run_main(&emu, dir.path(), &lake, "out-a", &file, None);
     assert_eq!(first.0.status.code(), Some(0), "{}", show_run(&first));
     // Another `--out` syncs the organization, with one more row.
-    let sale = emu
-        .state
-        .sales()
-        .into_iter()
-        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
-        .map(|s| s.id)
-        .nth(7)
-        .unwrap();
-    let mut text = std::fs::read_to_string(&file).unwrap();
-    text.push_str(&format!("update_sale,yes,{sale},,2900,,,,ann,,r9\n"));
-    std::fs::write(&file, text).unwrap();
+    let sale = approve_one_more(&emu, &file, 7, 2900, "r9");
     let second = run_main(&emu, dir.path(), &lake, "out-b", &file, None);
     assert_eq!(second.0.status.code(), Some(0), "{}", show_run(&second));
     assert_eq!(writes(&emu, &sale.to_string()), 1);
@@ -295,17 +301,7 @@ fn an_out_that_fell_behind_takes_the_lakes_state_first() {
     // The other `--out` sends one more row and dies after committing its journal to the lake,
     // before its `runs` row: the first `--out` still knows every run in `runs`, but not that
     // write, and must not send it again.
-    let sale = emu
-        .state
-        .sales()
-        .into_iter()
-        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
-        .map(|s| s.id)
-        .nth(8)
-        .unwrap();
-    let mut text = std::fs::read_to_string(&file).unwrap();
-    text.push_str(&format!("update_sale,yes,{sale},,2800,,,,ann,,r10\n"));
-    std::fs::write(&file, text).unwrap();
+    let sale = approve_one_more(&emu, &file, 8, 2800, "r10");
     let fourth = run_main(&emu, dir.path(), &lake, "out-b", &file, Some("lake-after-first-table"));
     assert!(!fourth.0.status.success(), "{}", show_run(&fourth));
     assert_eq!(writes(&emu, &sale.to_string()), 1);
