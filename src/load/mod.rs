@@ -241,53 +241,61 @@ pub fn export_parquet(
         }
         std::fs::rename(&tmp_link, &link).map_err(io_err("switch", &link))?;
         if let Some(old) = old {
-            retire(&root.join(old))?;
+            retire(&root.join(old));
         }
         if i == 0 {
             crate::out::crash_point("export-after-first-table");
         }
     }
-    // Retired versions past their grace period, and versions an interrupted export left unlinked
-    // (no reader ever saw them, but they age the same way, which is simpler and safe).
-    if let Ok(entries) = std::fs::read_dir(&root) {
+    clean_versions(&root, grace);
+    conn.execute("UPDATE runs SET parquet_exported = true WHERE run_id = ?", [run_id])
+        .map_err(|e| LoadError::db("record the export", e))?;
+    Ok(())
+}
+
+/// Retired versions past their grace period. A version that is not current and has no mark
+/// (an interrupted export left it unlinked, or a crash or a failed write came between the
+/// switch and its mark) is marked now: its grace period starts when it is first seen, never
+/// from its creation, so no reader that listed it just before loses it.
+fn clean_versions(root: &Path, grace: std::time::Duration) {
+    if let Ok(entries) = std::fs::read_dir(root) {
         let live: Vec<PathBuf> =
             warehouse::exported_tables().iter().filter_map(|t| std::fs::read_link(root.join(t)).ok()).collect();
         for e in entries.flatten() {
-            let name = e.file_name();
+            let (name, path) = (e.file_name(), e.path());
             let hidden = name.to_string_lossy().starts_with('.');
             if !hidden || live.iter().any(|l| l.as_os_str() == name) {
                 continue;
             }
-            let age = retired_at(&e.path()).and_then(|t| t.elapsed().ok());
-            if e.path().is_symlink() || age.is_none_or(|a| a >= grace) {
-                let _ = std::fs::remove_dir_all(e.path());
-                let _ = std::fs::remove_file(e.path());
+            if path.is_symlink() || !path.is_dir() {
+                // A link an interrupted switch left behind: no reader follows it.
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            let mark = path.join(RETIRED_MARK);
+            match std::fs::metadata(&mark).and_then(|m| m.modified()) {
+                Ok(at) if at.elapsed().is_ok_and(|age| age >= grace) => {
+                    let _ = std::fs::remove_dir_all(&path);
+                }
+                Ok(_) => {}
+                Err(_) => retire(&path),
             }
         }
     }
-    conn.execute("UPDATE runs SET parquet_exported = true WHERE run_id = ?", [run_id])
-        .map_err(|e| LoadError::db("record the export", e))?;
-    Ok(())
 }
 
 /// The file whose modification time says when a Parquet version stopped being current. A
 /// dot-file, which Parquet readers skip.
 const RETIRED_MARK: &str = ".retired";
 
-/// Marks a version as replaced now, which starts its grace period. Failing to mark it is an
-/// error: an unmarked version ages from its creation and could be removed under a reader at once.
-fn retire(version: &Path) -> Result<(), LoadError> {
+/// Marks a version as replaced now, which starts its grace period. A mark that cannot be
+/// written is a warning: the next export's clean-up marks the version when it finds it
+/// unmarked, so it is never removed before a whole grace period.
+fn retire(version: &Path) {
     let mark = version.join(RETIRED_MARK);
-    std::fs::write(&mark, b"").map_err(|e| LoadError::Parquet {
-        path: mark.display().to_string(),
-        message: format!("cannot mark the replaced version, so its grace period could not start: {e}"),
-    })
-}
-
-/// When a version stopped being current: its mark's time, or for a version that never was
-/// current (an interrupted export left it unlinked) its own.
-fn retired_at(version: &Path) -> Option<std::time::SystemTime> {
-    std::fs::metadata(version.join(RETIRED_MARK)).or_else(|_| std::fs::symlink_metadata(version)).ok()?.modified().ok()
+    if let Err(e) = std::fs::write(&mark, b"") {
+        tracing::warn!(path = %mark.display(), error = %e, "cannot mark a replaced Parquet version; the next export marks it");
+    }
 }
 
 /// Redoes the Parquet export of the last loaded run if a crash interrupted it.
@@ -547,4 +555,34 @@ fn record_run(
     )
     .map_err(|e| LoadError::db("record the run in `runs`", e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version that is not current and carries no mark gets one and waits a whole grace
+    /// period; a marked one past its grace is removed; a current one is never touched.
+    #[test]
+    fn unmarked_versions_start_their_grace_period_when_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let table = warehouse::exported_tables()[0];
+        let (current, unmarked) = (format!(".{table}-b"), format!(".{table}-a"));
+        for v in [&current, &unmarked] {
+            std::fs::create_dir_all(root.join(v)).unwrap();
+            std::fs::write(root.join(v).join("data.parquet"), b"x").unwrap();
+        }
+        std::os::unix::fs::symlink(&current, root.join(table)).unwrap();
+        std::fs::write(root.join(&current).join(RETIRED_MARK), b"").unwrap();
+        clean_versions(root, std::time::Duration::ZERO);
+        assert!(root.join(&unmarked).join("data.parquet").exists(), "first seen unmarked: kept, and marked");
+        assert!(root.join(&unmarked).join(RETIRED_MARK).exists());
+        assert!(root.join(&current).exists(), "the current version stays, whatever its mark says");
+        clean_versions(root, std::time::Duration::from_secs(3600));
+        assert!(root.join(&unmarked).exists(), "within its grace period");
+        clean_versions(root, std::time::Duration::ZERO);
+        assert!(!root.join(&unmarked).exists(), "past its grace period");
+        assert!(root.join(&current).join("data.parquet").exists());
+    }
 }
