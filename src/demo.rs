@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use crate::action::ActionConfig;
 use crate::api::{ApiKey, Client, ClientConfig, PacingConfig};
-use crate::app::{pipeline, stop_signal, RunReport};
-use crate::cli::GlobalArgs;
 use crate::emulator::{Emulator, EmulatorConfig, RatePolicy};
 use crate::extract::ExtractConfig;
 use crate::load::LoadConfig;
 use crate::out::OutDir;
 use crate::query::{self, Format, QueryConfig};
+use crate::stop::stop_signal;
+use crate::sync::{SyncJob, SyncReport};
 use crate::transform::DEFAULT_COHORT_EDGES;
 use crate::{exit, Error};
 
@@ -42,11 +42,11 @@ pub struct DemoConfig {
 }
 
 impl DemoConfig {
-    pub fn new(global: &GlobalArgs, applications: usize, seed: u64) -> Result<Self, Error> {
+    /// Checks the demo's settings; `out` must be empty or an earlier demo's.
+    pub fn new(out: OutDir, applications: usize, seed: u64, progress_bars: bool) -> Result<Self, Error> {
         if applications == 0 {
             return Err(Error::Config(vec!["`--applications` must be at least 1".into()]));
         }
-        let out = OutDir::new(&global.out);
         let root = out.root();
         let used = ["warehouse.duckdb", "raw", "parquet", "actions"].iter().any(|p| root.join(p).exists());
         if used && !root.join(".demo").exists() {
@@ -56,7 +56,7 @@ impl DemoConfig {
                 root.display()
             )]));
         }
-        Ok(DemoConfig { out, applications, seed, progress_bars: global.quiet == 0 })
+        Ok(DemoConfig { out, applications, seed, progress_bars })
     }
 }
 
@@ -108,8 +108,8 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
 
     let stop = stop_signal();
     // A client per run, so each run's report counts its own requests; they share the pacer.
-    let first =
-        pipeline(&Client::new(client_config.clone())?, &extract, load.clone(), None, stop.clone(), None).await?;
+    let job = SyncJob { extract, load, actions: None };
+    let first = crate::sync::run(job.clone(), &Client::new(client_config.clone())?, stop.clone(), None).await?;
     // Between two scheduled runs, the brand decides some pending applications in its dashboard.
     // The second run is incremental and records the changes in the status history.
     let decided = decide_pending(&emu, 24);
@@ -118,7 +118,8 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
         first.extract.applications_total
     );
     let client = Client::new(client_config)?;
-    let report = pipeline(&client, &extract, load, Some((actions, reviewed)), stop, None).await?;
+    let job = SyncJob { actions: Some((actions, reviewed)), ..job };
+    let report = crate::sync::run(job, &client, stop, None).await?;
     emu.stop().await;
     println!("{}", summary(&report, &root)?);
     // The example file holds failures on purpose (a cancelled sale, a foreign sale, …): the demo
@@ -166,7 +167,7 @@ WHERE date > (SELECT max(date) FROM wow_deltas) - 28 AND pct_change_7d IS NOT NU
 ORDER BY abs(pct_change_7d) DESC, metric, date
 LIMIT 5;";
 
-fn summary(report: &RunReport, root: &std::path::Path) -> Result<String, Error> {
+fn summary(report: &SyncReport, root: &std::path::Path) -> Result<String, Error> {
     let warehouse = root.join("warehouse.duckdb");
     let mut s = format!(
         "creator-etl demo: two runs; the second made {} requests, holds {} applications and {} days of content, in {}",

@@ -1,31 +1,14 @@
-//! The crate's error, folding each stage's errors, and the exit codes it maps to.
+//! The crate's error, folding each stage's errors, and the exit code each maps to.
 
 use thiserror::Error;
 
 use crate::action::ActionError;
 use crate::api::{ApiError, KeyError};
+use crate::exit;
 use crate::extract::ExtractError;
 use crate::load::LoadError;
 use crate::out::OutError;
 use crate::query::QueryError;
-
-/// Exit codes, documented in the README.
-pub mod exit {
-    /// Success.
-    pub const OK: u8 = 0;
-    /// The run failed.
-    pub const FAILED: u8 = 1;
-    /// Usage, configuration or input-file error; nothing was sent.
-    pub const USAGE: u8 = 2;
-    /// Finished, but some action rows failed.
-    pub const ACTIONS_FAILED: u8 = 3;
-    /// The API key was rejected (401) or lacks rights (403).
-    pub const AUTH: u8 = 4;
-    /// Another run holds the lock on `--out`, or another process holds the writer's warehouse.
-    pub const LOCKED: u8 = 5;
-    /// Interrupted by Ctrl-C or SIGTERM; progress is saved and a rerun resumes.
-    pub const INTERRUPTED: u8 = 130;
-}
 
 #[derive(Debug, Error)]
 pub enum Error {

@@ -1,25 +1,37 @@
 //! creator-etl: extract a creator-marketing service's data, shape it for analysts, and replay
 //! reviewed corrections.
 //!
-//! The flow runs one way: [`api`] → extract → transform → load; [`action`] uses the API and the
-//! warehouse; the [`emulator`] shares only the API's models. `main.rs` only parses arguments, sets
-//! up logging and maps [`app::run`]'s result to an exit code.
+//! The layers, bottom to top; a module uses only its own layer and those below (the test
+//! `tests/it/architecture.rs` holds the table and checks every `crate::` path):
+//!
+//! 1. [`api`] (client and models) and the shared utilities: [`out`], [`progress`], [`exit`],
+//!    [`stop`];
+//! 2. the stages: [`extract`] → [`transform`] → [`load`], and [`action`]; the [`emulator`] uses
+//!    only the API's models;
+//! 3. [`query`];
+//! 4. [`sync`]: one organization's sync, and the crate's [`Error`];
+//! 5. [`fleet`] and [`demo`], which call [`sync`];
+//! 6. [`commands`]: one file per subcommand, arguments → config → library → print;
+//! 7. [`cli`] and `main.rs`: parse, set up logging, dispatch, map the result to an exit code.
 
 pub mod action;
 pub mod api;
-pub mod app;
 pub mod cli;
+pub mod commands;
 pub mod demo;
 pub mod emulator;
 mod error;
+pub mod exit;
 pub mod extract;
 pub mod fleet;
 pub mod load;
 pub mod out;
 pub mod progress;
 pub mod query;
+pub mod stop;
+pub mod sync;
 #[cfg(test)]
 mod testing;
 pub mod transform;
 
-pub use error::{exit, Error};
+pub use error::Error;

@@ -4,7 +4,8 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use creator_etl::cli::{Cli, GlobalArgs, LogFormat};
+use creator_etl::cli::Cli;
+use creator_etl::commands::{GlobalArgs, LogFormat};
 use creator_etl::exit;
 use tracing_subscriber::EnvFilter;
 
@@ -44,7 +45,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILED);
         }
     };
-    match runtime.block_on(creator_etl::app::run(cli)) {
+    match runtime.block_on(creator_etl::cli::run(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             tracing::debug!(error = %e.report(), "run failed");

@@ -303,20 +303,7 @@ fn csv_error(e: &csv::Error, fallback_line: u64) -> RowError {
 /// The known column nearest to a misspelt one, if it is near enough to be a typo.
 fn closest(name: &str) -> Option<&'static str> {
     let name = name.to_ascii_lowercase();
-    COLUMNS.iter().map(|c| (edit_distance(&name, c), *c)).filter(|(d, _)| *d <= 2).min().map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur.push((prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
+    COLUMNS.iter().map(|c| (strsim::levenshtein(&name, c), *c)).filter(|(d, _)| *d <= 2).min().map(|(_, c)| c)
 }
 
 /// Validates one row, pushing its problems.

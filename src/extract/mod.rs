@@ -88,6 +88,8 @@ impl std::str::FromStr for SyncMode {
 
 /// The default of `--reconcile-every`.
 pub const DEFAULT_RECONCILE_EVERY: Duration = Duration::from_secs(24 * 3600);
+/// [`DEFAULT_RECONCILE_EVERY`] as the `--reconcile-every` flag writes it.
+pub const DEFAULT_RECONCILE_EVERY_FLAG: &str = "24h";
 /// Defaults of `--concurrency`, `--max-passes`, `--window-days`, `--lookback-days` and
 /// `--since-days`, which a fleet's organizations and the demo take too.
 pub const DEFAULT_CONCURRENCY: usize = 8;

@@ -1,4 +1,4 @@
-//! A fleet of organizations (issue 13): one TOML file, many organizations, each with its own key
+//! A fleet of organizations: one TOML file, many organizations, each with its own key
 //! and budget. This part reads and validates the fleet file; running the fleet builds on it.
 //!
 //! The file has a `[defaults]` table and one `[[organization]]` entry per organization. It is
@@ -8,8 +8,11 @@
 //! that sends nothing (`fleet status`) checks the file alone ([`Check::FileOnly`]): it reads no
 //! key and opens no actions file.
 
+pub mod job;
 pub mod observe;
+pub mod report;
 pub mod run;
+pub mod status;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -2,14 +2,16 @@
 //! textfile-collector format (`--metrics-file`) and OpenLineage run events
 //! (`--openlineage-url`, `--openlineage-file`).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde_json::{json, Value};
+use serde::Serialize;
 
-use super::run::{ActionsOutcome, Job, OrgReport, Outcome};
+use super::job::Job;
+use super::report::{ActionsOutcome, OrgReport, Outcome};
 use crate::Error;
 
 /// The job namespace of every OpenLineage event.
@@ -177,7 +179,7 @@ impl Lineage {
     }
 
     /// Sends or appends one event; a failure is a warning.
-    pub async fn emit(&self, event: &Value) {
+    pub async fn emit(&self, event: &RunEvent<'_>) {
         match self {
             Lineage::Url { url, http } => {
                 let sent = http.post(url.clone()).json(event).send().await.and_then(|r| r.error_for_status());
@@ -187,7 +189,7 @@ impl Lineage {
             }
             Lineage::File { path, order } => {
                 let _order = order.lock().unwrap_or_else(|e| e.into_inner());
-                let mut line = event.to_string();
+                let mut line = serde_json::to_string(event).unwrap_or_default();
                 line.push('\n');
                 let written = std::fs::OpenOptions::new()
                     .create(true)
@@ -207,91 +209,152 @@ impl Lineage {
 pub struct LineageEvent {
     run_id: String,
     job: String,
-    inputs: Vec<Value>,
-    outputs: Vec<Value>,
+    inputs: Vec<Dataset>,
+    outputs: Vec<Dataset>,
 }
+
+/// An OpenLineage dataset: where it lives and its name there.
+#[derive(Clone, Debug, Serialize)]
+pub struct Dataset {
+    namespace: String,
+    name: String,
+}
+
+/// An OpenLineage `RunEvent` (spec 2-0-2).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEvent<'a> {
+    event_type: &'static str,
+    event_time: String,
+    producer: &'static str,
+    #[serde(rename = "schemaURL")]
+    schema_url: &'static str,
+    run: Run<'a>,
+    job: JobName<'a>,
+    inputs: &'a [Dataset],
+    outputs: &'a [Dataset],
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Run<'a> {
+    run_id: &'a str,
+    facets: RunFacets<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct JobName<'a> {
+    namespace: &'static str,
+    name: &'a str,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct RunFacets<'a> {
+    #[serde(rename = "errorMessage", skip_serializing_if = "Option::is_none")]
+    error_message: Option<ErrorMessageFacet>,
+    /// Named [`ACTIONS_FACET`].
+    #[serde(rename = "creatorEtl_actions", skip_serializing_if = "Option::is_none")]
+    actions: Option<ActionsFacet<'a>>,
+}
+
+/// OpenLineage's standard `ErrorMessageRunFacet`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ErrorMessageFacet {
+    #[serde(rename = "_producer")]
+    producer: &'static str,
+    #[serde(rename = "_schemaURL")]
+    schema_url: &'static str,
+    message: String,
+    programming_language: &'static str,
+}
+
+/// The [`ACTIONS_FACET`] run facet.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ActionsFacet<'a> {
+    #[serde(rename = "_producer")]
+    producer: &'static str,
+    #[serde(rename = "_schemaURL")]
+    schema_url: &'static str,
+    outcome: &'static str,
+    exit_code: Option<u8>,
+    held_rows: u64,
+    rows: &'a BTreeMap<crate::action::Outcome, u64>,
+    message: Option<&'a str>,
+}
+
+const ERROR_MESSAGE_SCHEMA: &str =
+    "https://openlineage.io/spec/facets/1-0-1/ErrorMessageRunFacet.json#/$defs/ErrorMessageRunFacet";
 
 impl LineageEvent {
     pub fn new(job: &Job) -> Self {
-        let mut bytes = [0u8; 16];
-        bytes.iter_mut().for_each(|b| *b = fastrand::u8(..));
-        let run_id = uuid::Builder::from_random_bytes(bytes).into_uuid().to_string();
+        let run_id = uuid::Uuid::new_v4().to_string();
         let base = &job.client.base_url;
         let api = format!("{}://{}", base.scheme(), base.host_str().unwrap_or_default())
             + &base.port().map(|p| format!(":{p}")).unwrap_or_default();
         let path = base.path().trim_end_matches('/');
         let inputs = ["campaign_applications", "stats/content_24h_data"]
             .iter()
-            .map(|e| json!({"namespace": api, "name": format!("{path}/{e}")}))
+            .map(|e| Dataset { namespace: api.clone(), name: format!("{path}/{e}") })
             .collect();
-        let outputs = match &job.load.lake {
-            Some(lake) => {
-                crate::load::lake::tables().into_iter().map(|t| json!({"namespace": lake.url, "name": t})).collect()
-            }
+        let outputs = match &job.sync.load.lake {
+            Some(lake) => crate::load::lake::tables()
+                .into_iter()
+                .map(|t| Dataset { namespace: lake.url.clone(), name: t.to_owned() })
+                .collect(),
             None => {
-                let warehouse = job.load.out.root().join("warehouse.duckdb");
+                let warehouse = job.sync.load.out.root().join("warehouse.duckdb");
                 let warehouse = std::path::absolute(&warehouse).unwrap_or(warehouse);
-                vec![json!({"namespace": "file", "name": warehouse.display().to_string()})]
+                vec![Dataset { namespace: "file".to_owned(), name: warehouse.display().to_string() }]
             }
         };
         LineageEvent { run_id, job: format!("fleet.{}", job.name), inputs, outputs }
     }
 
-    fn event(&self, kind: &str, at: DateTime<Utc>, facets: Value) -> Value {
-        json!({
-            "eventType": kind,
-            "eventTime": at.to_rfc3339_opts(SecondsFormat::Millis, true),
-            "producer": PRODUCER,
-            "schemaURL": LINEAGE_SCHEMA,
-            "run": {"runId": self.run_id, "facets": facets},
-            "job": {"namespace": LINEAGE_NAMESPACE, "name": self.job},
-            "inputs": self.inputs,
-            "outputs": self.outputs,
-        })
+    fn event<'a>(&'a self, kind: &'static str, at: DateTime<Utc>, facets: RunFacets<'a>) -> RunEvent<'a> {
+        RunEvent {
+            event_type: kind,
+            event_time: at.to_rfc3339_opts(SecondsFormat::Millis, true),
+            producer: PRODUCER,
+            schema_url: LINEAGE_SCHEMA,
+            run: Run { run_id: &self.run_id, facets },
+            job: JobName { namespace: LINEAGE_NAMESPACE, name: &self.job },
+            inputs: &self.inputs,
+            outputs: &self.outputs,
+        }
     }
 
-    pub fn start(&self, at: DateTime<Utc>) -> Value {
-        self.event("START", at, json!({}))
+    pub fn start(&self, at: DateTime<Utc>) -> RunEvent<'_> {
+        self.event("START", at, RunFacets::default())
     }
 
     /// COMPLETE for a completed sync, its data loaded and committed, whatever its actions did;
     /// ABORT for one stopped by its budget or Ctrl-C (it resumes); FAIL for a failed one, the
     /// last two with the reason as an `errorMessage` facet. A sync that had an actions stage
     /// carries the [`ACTIONS_FACET`] facet, which says whether its corrections were held.
-    pub fn end(&self, report: &OrgReport) -> Value {
-        let mut facets = serde_json::Map::new();
+    pub fn end<'a>(&'a self, report: &'a OrgReport) -> RunEvent<'a> {
         let kind = match report.outcome {
             Outcome::Completed => "COMPLETE",
             Outcome::Incomplete | Outcome::Interrupted => "ABORT",
             Outcome::Failed => "FAIL",
         };
-        if report.outcome != Outcome::Completed {
-            let message = format!("{}: {}", report.outcome.as_str(), report.error.as_deref().unwrap_or(""));
-            facets.insert(
-                "errorMessage".into(),
-                json!({
-                    "_producer": PRODUCER,
-                    "_schemaURL": "https://openlineage.io/spec/facets/1-0-1/ErrorMessageRunFacet.json#/$defs/ErrorMessageRunFacet",
-                    "message": message,
-                    "programmingLanguage": "Rust",
-                }),
-            );
-        }
-        if let Some(actions) = report.actions {
-            facets.insert(
-                ACTIONS_FACET.into(),
-                json!({
-                    "_producer": PRODUCER,
-                    "_schemaURL": ACTIONS_FACET_SCHEMA,
-                    "outcome": actions.as_str(),
-                    "exitCode": report.actions_exit_code,
-                    "heldRows": report.actions_held_rows(),
-                    "rows": report.actions_rows,
-                    "message": report.actions_error,
-                }),
-            );
-        }
-        self.event(kind, report.finished_at, Value::Object(facets))
+        let error_message = (report.outcome != Outcome::Completed).then(|| ErrorMessageFacet {
+            producer: PRODUCER,
+            schema_url: ERROR_MESSAGE_SCHEMA,
+            message: format!("{}: {}", report.outcome.as_str(), report.error.as_deref().unwrap_or("")),
+            programming_language: "Rust",
+        });
+        let actions = report.actions.map(|actions| ActionsFacet {
+            producer: PRODUCER,
+            schema_url: ACTIONS_FACET_SCHEMA,
+            outcome: actions.as_str(),
+            exit_code: report.actions_exit_code,
+            held_rows: report.actions_held_rows(),
+            rows: &report.actions_rows,
+            message: report.actions_error.as_deref(),
+        });
+        self.event(kind, report.finished_at, RunFacets { error_message, actions })
     }
 }
 
@@ -326,6 +389,26 @@ mod tests {
                 "creator_etl_fleet_last_run_rows{organization=\"a\"} 5".to_owned()
             )]
         );
+    }
+
+    #[test]
+    fn the_actions_facet_is_named_as_documented() {
+        let facets = RunFacets {
+            error_message: None,
+            actions: Some(ActionsFacet {
+                producer: PRODUCER,
+                schema_url: ACTIONS_FACET_SCHEMA,
+                outcome: "held",
+                exit_code: Some(3),
+                held_rows: 1,
+                rows: &BTreeMap::new(),
+                message: None,
+            }),
+        };
+        let json = serde_json::to_value(&facets).unwrap();
+        assert_eq!(json[ACTIONS_FACET]["heldRows"], 1);
+        assert_eq!(json[ACTIONS_FACET]["exitCode"], 3);
+        assert!(json.get("errorMessage").is_none());
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! files. `action_journal` is committed first (what an actions stage sent reaches the lake before
 //! anything else) and `runs` last: its row for a run is the marker that the organization's sync
 //! is complete. A run on an `--out` without the organization's state restores it from these
-//! tables ([`crate::app`]).
+//! tables ([`crate::sync`]).
 //!
 //! Concurrency is Delta's own: commits are atomic and conflicts are detected by the Delta log
 //! (on S3 through conditional writes). A commit that conflicts (two writers creating a table,
@@ -73,6 +73,7 @@ pub async fn check_conditional_writes(lake: &LakeConfig) -> Result<(), LoadError
             lake.url
         ))
     };
+    deltalake::aws::register_handlers(None);
     let url = format!("{}/_creator_etl_probe", lake.url);
     let parsed = reqwest::Url::parse(&url).map_err(|e| failed("the URL", &e))?;
     let table = deltalake::DeltaTableBuilder::from_url(parsed)
@@ -124,7 +125,7 @@ pub fn tables() -> Vec<&'static str> {
 }
 
 /// The action journal's lake table: what was sent, per organization, so that a run on a fresh
-/// `--out` restores it and sends nothing twice ([`crate::app`]'s restore).
+/// `--out` restores it and sends nothing twice (the restore of [`crate::sync`]).
 pub const JOURNAL: &str = "action_journal";
 
 /// Every table a load commits, in commit order: the journal first (after an actions stage, what

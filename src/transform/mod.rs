@@ -63,6 +63,8 @@ pub fn check_sums(apps: &[Observation], content: &[ContentRow]) -> Result<(), St
 
 /// Default bucket edges of `total_monthly_posts`: `0`, `1-4`, `5-12`, `13-30`, `31+`.
 pub const DEFAULT_COHORT_EDGES: [i64; 4] = [1, 5, 13, 31];
+/// [`DEFAULT_COHORT_EDGES`] as the `--cohort-edges` flag writes it (a test checks they agree).
+pub const DEFAULT_COHORT_EDGES_FLAG: &str = "1,5,13,31";
 
 /// Every table the warehouse receives, by name.
 #[derive(Debug)]

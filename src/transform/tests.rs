@@ -239,3 +239,9 @@ fn sums_that_would_overflow_are_a_data_quality_error() {
     let huge = app(3, ApplicationStatus::Pending, "2025-01-01", 3, &[i64::MAX, 5], false);
     assert_eq!(monthly_posts(&huge.app.connected_accounts), i64::MAX);
 }
+
+#[test]
+fn the_default_cohort_edges_flag_is_the_default_edges() {
+    let parsed: Vec<i64> = DEFAULT_COHORT_EDGES_FLAG.split(',').map(|e| e.parse().unwrap()).collect();
+    assert_eq!(parsed, DEFAULT_COHORT_EDGES);
+}

@@ -425,7 +425,7 @@ fn openlineage_events_reach_an_http_endpoint() {
     assert_eq!(kinds, want);
 }
 
-const SOME_FAILED: i32 = creator_etl::fleet::run::SOME_FAILED as i32;
+const SOME_FAILED: i32 = creator_etl::exit::SOME_FAILED as i32;
 
 /// `--sync` reaches every organization: a second fleet run compares each organization with its
 /// own warehouse (7 requests when nothing changed), and finds one organization's change.

@@ -2,6 +2,7 @@
 
 mod actions;
 mod api;
+mod architecture;
 mod cli;
 mod demo;
 mod emulator_http;

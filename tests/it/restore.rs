@@ -384,3 +384,106 @@ fn a_fresh_out_restores_from_an_s3_lake() {
         assert_eq!(writes(&emu, target), 1, "{target}");
     }
 }
+
+/// The `run` of the main organization, without actions, into `dir/OUT`, with `more` arguments
+/// (a lake, say).
+fn run_plain(emu: &TestEmu, dir: &Path, out: &str, more: &[&str]) -> std::process::Output {
+    let out = dir.join(out);
+    let mut args = vec!["--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "run", "--since-days", "30"];
+    args.extend_from_slice(more);
+    let o = run_bin(dir, &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+    assert_exit(&args, &o, 0);
+    o
+}
+
+fn warehouse_count(out: &Path, sql: &str) -> i64 {
+    let c = duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap();
+    c.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// When only the lake's action journal lists a run that `--out` does not know (another `--out`
+/// sent actions and died before committing its sync), the journal is merged and the warehouse's
+/// own history and ledger stay: the lake holds no data of the organization to restore.
+#[test]
+fn a_journal_only_difference_merges_the_journal_and_keeps_the_warehouse() {
+    let emu = emulator();
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let (file, approved, _) = reviewed(&emu, dir.path());
+    // An `--out` with its own history, never pushed to the lake: two runs and a status change.
+    run_plain(&emu, dir.path(), "own", &[]);
+    let moved = emu
+        .state
+        .applications(MAIN_ORG)
+        .into_iter()
+        .find(|a| a.status == ApplicationStatus::Pending)
+        .expect("a pending application")
+        .id;
+    assert!(emu.state.set_application_status(moved, ApplicationStatus::Accepted));
+    run_plain(&emu, dir.path(), "own", &[]);
+    let own = dir.path().join("own");
+    let history = warehouse_count(&own, "SELECT count(*) FROM application_status_history");
+    assert_eq!(warehouse_count(&own, "SELECT count(*) FROM runs"), 2);
+
+    // Another `--out` sends the actions and dies after the lake's first commit: the lake's
+    // journal holds its run, and no data or `runs` row of the organization.
+    let (o, args) = run_main(&emu, dir.path(), &lake, "other", &file, Some("lake-after-first-table"));
+    assert!(!o.status.success(), "{}", show(&args.each_ref().map(String::as_str), &o));
+
+    let o = run_plain(&emu, dir.path(), "own", &["--lake", &lake, "--org", "main"]);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let why = report["restored"]["why"].as_str().unwrap_or_default();
+    assert!(why.contains("action journal"), "{}", report["restored"]);
+    assert_eq!(warehouse_count(&own, "SELECT count(*) FROM runs"), 3, "the ledger continues\n{}", show(&[], &o));
+    assert!(warehouse_count(&own, "SELECT count(*) FROM application_status_history") >= history, "the history is kept");
+    assert_eq!(
+        warehouse_count(
+            &own,
+            &format!("SELECT count(*) FROM application_status_history WHERE id = {moved} AND valid_to IS NOT NULL")
+        ),
+        1,
+        "the closed status of the moved application is still there"
+    );
+    let sent = warehouse_count(&own, "SELECT count(DISTINCT run_id) FROM action_journal");
+    assert_eq!(sent, 1, "the other `--out`'s journal is merged");
+    for target in &approved {
+        assert_eq!(writes(&emu, target), 1, "{target}");
+    }
+}
+
+/// `load --lake` from an `--out` that lacks the organization's state restores it first, so its
+/// push never shrinks the lake's action journal or replaces its ledger with one run's: a worker
+/// on a fresh `--out` afterwards sends nothing twice.
+#[test]
+fn load_into_a_lake_from_a_new_out_keeps_the_lakes_journal_and_runs() {
+    let emu = emulator();
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let (file, approved, _) = reviewed(&emu, dir.path());
+    let (o, args) = run_main(&emu, dir.path(), &lake, "fleet-volume", &file, None);
+    assert_exit(&args.each_ref().map(String::as_str), &o, 0);
+
+    let laptop = dir.path().join("laptop");
+    let args = ["--base-url", &emu.base_url, "--out", laptop.to_str().unwrap(), "extract", "--since-days", "30"];
+    assert_exit(&args, &run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]), 0);
+    let args = ["--out", laptop.to_str().unwrap(), "load", "--lake", &lake, "--org", "main"];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 0);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("restored"), "{}", show(&args, &o));
+    assert_eq!(
+        lake_query(dir.path(), &lake, "SELECT count(*) AS n FROM runs WHERE organization = 'main'"),
+        ["n", "2"],
+        "both syncs in the lake's ledger"
+    );
+
+    let (o, args) = run_main(&emu, dir.path(), &lake, "new-volume", &file, None);
+    assert_exit(&args.each_ref().map(String::as_str), &o, 0);
+    for target in &approved {
+        assert_eq!(
+            writes(&emu, target),
+            1,
+            "{target}: the lake's journal still says it was applied\n{}",
+            show(&[], &o)
+        );
+    }
+}

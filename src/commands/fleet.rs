@@ -1,0 +1,250 @@
+//! `creator-etl fleet run|status`: many organizations from one fleet file.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use reqwest::Url;
+use serde::Serialize;
+
+use super::extract::SyncArgs;
+use super::load::checked_lake;
+use super::{duration_flag, print_json, GlobalArgs};
+use crate::fleet::job::{Defaults, Job};
+use crate::fleet::observe::Lineage;
+use crate::fleet::run::RunOptions;
+use crate::fleet::{Check, Organization};
+use crate::{exit, Error};
+
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
+pub enum FleetCommand {
+    /// Sync every organization of the fleet file concurrently, each under `OUT/orgs/<name>/`;
+    /// prints the fleet report as JSON on stdout and a summary table on stderr
+    Run(FleetRunArgs),
+    /// Show each organization's last successful sync, last error, and whether a run is resumable
+    Status(FleetSelect),
+}
+
+/// Which organizations of a fleet file a command takes.
+#[derive(Debug, Args)]
+pub struct FleetSelect {
+    /// The fleet file (TOML; see `examples/fleet.toml`)
+    #[arg(long, env = "CREATOR_ETL_FLEET", value_name = "FILE")]
+    pub config: PathBuf,
+    /// Only these organizations, comma-separated names
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub only: Vec<String>,
+    /// Only the organizations of shard INDEX of COUNT (INDEX from 0), by a stable hash of their
+    /// names: COUNT processes with INDEX 0..COUNT cover the fleet exactly once
+    #[arg(long, value_name = "INDEX/COUNT")]
+    pub shard: Option<String>,
+}
+
+impl FleetSelect {
+    /// Reads and validates the fleet file as far as `check` asks, then selects its
+    /// organizations, in file order; every problem at once.
+    pub fn select(&self, check: Check) -> Result<Vec<Organization>, Error> {
+        self.select_in_shard(check).map(|(selected, _)| selected)
+    }
+
+    /// The selected organizations, and the names of every organization of the file in the
+    /// `--shard` (all of them without one), whatever `--only` says: the organizations whose
+    /// metrics this process keeps.
+    pub fn select_in_shard(&self, check: Check) -> Result<(Vec<Organization>, Vec<String>), Error> {
+        let mut problems = vec![];
+        let shard = self
+            .shard
+            .as_deref()
+            .map(crate::fleet::Shard::parse)
+            .transpose()
+            .map_err(|e| problems.push(e))
+            .ok()
+            .flatten();
+        let fleet = match crate::fleet::load(&self.config, check) {
+            Ok(f) => Some(f),
+            Err(p) => {
+                let file = self.config.display();
+                problems.extend(p.into_iter().map(|p| format!("{file}: {p}")));
+                None
+            }
+        };
+        let Some(fleet) = fleet.filter(|_| problems.is_empty()) else { return Err(Error::Config(problems)) };
+        let only = (!self.only.is_empty()).then_some(self.only.as_slice());
+        let selected = fleet.select(only, shard).map_err(Error::Config)?.into_iter().cloned().collect();
+        let in_shard = fleet.select(None, shard).map_err(Error::Config)?.into_iter().map(|o| o.name.clone()).collect();
+        Ok((selected, in_shard))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct FleetRunArgs {
+    #[command(flatten)]
+    pub select: FleetSelect,
+    /// Also write one shared Delta Lake (`file:///path` or `s3://bucket/prefix`), each
+    /// organization under its name; each keeps its own warehouse
+    #[arg(long, env = "CREATOR_ETL_LAKE", value_name = "URL")]
+    pub lake: Option<String>,
+    /// Accept an `s3://` lake whose endpoint ignores conditional writes (`If-None-Match`), which
+    /// the first commit probes: two writers could then both commit one Delta version and lose one
+    #[arg(long, env = "CREATOR_ETL_LAKE_UNSAFE_NO_CONDITIONAL_WRITES")]
+    pub lake_unsafe_no_conditional_writes: bool,
+    /// At most N transforms, loads and lake commits at once (they use CPU; extracts only wait)
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub max_loads: usize,
+    /// Per organization, send at most N requests, then keep what was fetched and resume next run
+    #[arg(long, value_name = "N")]
+    pub max_requests_per_org: Option<u64>,
+    /// Per organization, run at most this long (`90s`, `15m`, `2h`), then keep what was fetched
+    /// and resume next run
+    #[arg(long, value_name = "DURATION")]
+    pub max_duration: Option<String>,
+    /// Fail an organization's load when a data-quality check finds a problem
+    #[arg(long)]
+    pub strict: bool,
+    /// Bucket edges of monthly posts for `post_count_cohorts`, comma-separated, increasing
+    #[arg(long, value_delimiter = ',', default_value = crate::transform::DEFAULT_COHORT_EDGES_FLAG, value_name = "LIST")]
+    pub cohort_edges: Vec<i64>,
+    #[command(flatten)]
+    pub sync: SyncArgs,
+    /// Write per-organization metrics here in the Prometheus textfile-collector format
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<PathBuf>,
+    /// POST OpenLineage run events (START, COMPLETE, FAIL) to this URL
+    #[arg(long, value_name = "URL", conflicts_with = "openlineage_file")]
+    pub openlineage_url: Option<String>,
+    /// Append OpenLineage run events to this file, one JSON object per line
+    #[arg(long, value_name = "PATH")]
+    pub openlineage_file: Option<PathBuf>,
+}
+
+impl FleetRunArgs {
+    /// Validates the whole fleet run: the file, the flags, every organization's client, extract,
+    /// load and actions, before anything is sent.
+    pub fn config(&self, global: &GlobalArgs) -> Result<(Vec<Job>, RunOptions), Error> {
+        let env = |var: &str| std::env::var(var).ok();
+        let (selected, in_shard) = self.select.select_in_shard(Check::Sync(&env))?;
+        let mut problems = vec![];
+        if let Err(e) = crate::transform::buckets(&self.cohort_edges) {
+            problems.push(format!("`--cohort-edges`: {e}"));
+        }
+        if !(1..=64).contains(&self.max_loads) {
+            problems.push("`--max-loads` must be between 1 and 64".into());
+        }
+        if self.max_requests_per_org == Some(0) {
+            problems.push("`--max-requests-per-org` must be at least 1".into());
+        }
+        let max_duration = self.max_duration.as_deref().and_then(|d| duration_flag("--max-duration", d, &mut problems));
+        let lake = self.lake.as_deref().and_then(|url| checked_lake(url, None, &mut problems));
+        let sync = self.sync.parse(&mut problems);
+        let lineage = match (&self.openlineage_url, &self.openlineage_file) {
+            (Some(url), _) => match Url::parse(url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => Some(Lineage::url(u)?),
+                _ => {
+                    problems.push(format!(
+                        "`--openlineage-url` `{}` must be an http(s) URL",
+                        crate::fleet::observe::shown_url(url)
+                    ));
+                    None
+                }
+            },
+            (None, Some(path)) => Some(Lineage::file(path.clone())),
+            (None, None) => None,
+        };
+        let defaults = Defaults {
+            out: global.out.clone(),
+            base_url: global.base_url.clone(),
+            pacing: global.pacing(),
+            max_requests_per_org: self.max_requests_per_org,
+            lake,
+            lake_unsafe_no_conditional_writes: self.lake_unsafe_no_conditional_writes,
+            sync: sync.0,
+            reconcile_every: sync.1,
+            cohort_edges: self.cohort_edges.clone(),
+            strict: self.strict,
+        };
+        let client = |what: &str, base_url: &str, key, pacing| global.client_config_for(what, base_url, key, pacing);
+        let mut jobs = vec![];
+        for org in &selected {
+            match crate::fleet::job::job(org, &defaults, &client) {
+                Ok(job) => jobs.push(job),
+                Err(p) => problems.extend(p),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(Error::Config(problems));
+        }
+        let options = RunOptions {
+            max_loads: self.max_loads,
+            max_duration,
+            metrics_file: self.metrics_file.clone(),
+            metrics_scope: in_shard,
+            lineage,
+        };
+        Ok((jobs, options))
+    }
+}
+
+pub async fn run(args: &FleetRunArgs, global: &GlobalArgs) -> Result<u8, Error> {
+    let (jobs, options) = args.config(global)?;
+    if jobs.is_empty() {
+        return Err(Error::Config(vec!["no organization selected: check `--only` and `--shard`".into()]));
+    }
+    let report = crate::fleet::run::run(jobs, &options, crate::stop::stop_signal()).await?;
+    eprint!("{}", report.summary());
+    print_json(&report)?;
+    Ok(report.exit_code)
+}
+
+/// One organization's line of `fleet status`.
+#[derive(Debug, Serialize)]
+pub struct FleetStatusRow {
+    pub name: String,
+    pub dir: std::path::PathBuf,
+    #[serde(flatten)]
+    pub status: crate::fleet::status::OrgStatus,
+    /// The raw run the next sync resumes, if any.
+    pub resumable_run: Option<String>,
+    /// Why the status file could not be read as a whole, when it could not.
+    pub status_error: Option<String>,
+}
+
+/// `fleet status`: reads the fleet file alone (no key, no actions file: it sends nothing) and
+/// each organization's status file. A status file that cannot be read is shown with what could
+/// be read of it, and why the rest could not (`status_error`, and a warning).
+pub fn status(args: &FleetSelect, global: &GlobalArgs) -> Result<u8, Error> {
+    let rows: Vec<FleetStatusRow> = args
+        .select(crate::fleet::Check::FileOnly)?
+        .into_iter()
+        .map(|org| {
+            let name = org.name;
+            let dir = crate::fleet::status::org_dir(&global.out, &name);
+            let (status, status_error) = crate::fleet::status::read_status(&dir);
+            if let Some(problem) = &status_error {
+                tracing::warn!(organization = %name, %problem, "the organization's fleet status cannot be read as a whole; showing what could be read");
+            }
+            let resumable_run = crate::extract::unfinished_run(&crate::out::OutDir::new(&dir));
+            FleetStatusRow { name, dir, status, resumable_run, status_error }
+        })
+        .collect();
+    let when = |t: Option<chrono::DateTime<chrono::Utc>>| {
+        t.map_or("never".to_owned(), |t| t.format("%Y-%m-%d %H:%M:%SZ").to_string())
+    };
+    let mut table = format!(
+        "{:<24} {:<21} {:<12} {:<12} {:<9} last error\n",
+        "organization", "last success", "last outcome", "last actions", "resumable"
+    );
+    for r in &rows {
+        table.push_str(&format!(
+            "{:<24} {:<21} {:<12} {:<12} {:<9} {}\n",
+            r.name,
+            when(r.status.last_success_at),
+            r.status.last_outcome.map_or("-", |o| o.as_str()),
+            r.status.last_actions.map_or("-", |o| o.as_str()),
+            if r.resumable_run.is_some() { "yes" } else { "no" },
+            r.status_error.as_deref().or(r.status.last_error.as_deref()).unwrap_or("")
+        ));
+    }
+    eprint!("{table}");
+    print_json(&rows)?;
+    Ok(exit::OK)
+}

@@ -1,0 +1,261 @@
+//! One file per subcommand: each turns its arguments into a config (reading the files, keys and
+//! environment it names), calls the library, and prints. The arguments every command shares are
+//! here.
+
+pub mod actions;
+pub mod check;
+pub mod demo;
+pub mod emulator;
+pub mod extract;
+pub mod fleet;
+pub mod load;
+pub mod query;
+pub mod run;
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use reqwest::Url;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::api::{ApiError, ApiKey, Client, ClientConfig, PacingConfig, RetryPolicy, API_KEY_ENV, DEFAULT_BASE_URL};
+use crate::Error;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Options every command accepts, before or after its name.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Base URL of the API, ending in the version segment `v1`
+    #[arg(long, global = true, env = "CREATOR_API_BASE_URL", default_value = DEFAULT_BASE_URL, value_name = "URL")]
+    pub base_url: String,
+
+    /// Read the API key from this file instead of `CREATOR_API_KEY`
+    #[arg(long, global = true, value_name = "PATH")]
+    pub api_key_file: Option<PathBuf>,
+
+    /// Output directory: raw landing, Parquet, warehouse, run reports
+    #[arg(long, global = true, env = "CREATOR_ETL_OUT", default_value = "./data", value_name = "DIR")]
+    pub out: PathBuf,
+
+    /// Log format on stderr
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// More log detail (-v debug, -vv trace); `RUST_LOG` overrides
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Less log detail (-q warnings only, -qq errors only)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "verbose")]
+    pub quiet: u8,
+
+    /// Rate policy: minimum milliseconds between two requests with the same key (0: none).
+    /// The client keeps to it; the emulator enforces it
+    #[arg(long, global = true, env = "CREATOR_MIN_INTERVAL_MS", default_value_t = 2000, value_name = "MS")]
+    pub min_interval_ms: u64,
+
+    /// Rate policy: at most N requests per key in each cap window (0: no cap)
+    #[arg(long, global = true, env = "CREATOR_HOURLY_CAP", default_value_t = 40, value_name = "N")]
+    pub hourly_cap: u32,
+
+    /// Rate policy: length of the cap window in seconds
+    #[arg(long, global = true, env = "CREATOR_CAP_WINDOW_S", default_value_t = 3600, value_name = "S")]
+    pub cap_window_s: u64,
+
+    /// Attempts per request, the first included, before a retryable failure is final
+    #[arg(long, global = true, default_value_t = 6, value_name = "N")]
+    pub max_attempts: u32,
+
+    /// No retry starts once this many seconds have passed since a request's first attempt
+    #[arg(long, global = true, default_value_t = 3900, value_name = "S")]
+    pub deadline_s: u64,
+
+    /// Timeout of one HTTP attempt, in seconds
+    #[arg(long, global = true, default_value_t = 60, value_name = "S")]
+    pub timeout_s: u64,
+
+    /// Allow an `http://` base URL to a host other than this machine (the key would travel in
+    /// clear text)
+    #[arg(long, global = true)]
+    pub allow_insecure_http: bool,
+}
+
+/// The client and the stop of a command that reads: Ctrl-C or SIGTERM ends the client's waits
+/// and starts no new request, and the stop reaches the crawl once the requests in flight have
+/// answered and landed ([`Client::stop_after_in_flight`]).
+pub(crate) fn stop_after_in_flight(client: Client) -> (Client, watch::Receiver<bool>) {
+    let signal = crate::stop::stop_signal();
+    let stop = client.stop_after_in_flight(signal.clone());
+    (client.with_stop(signal), stop)
+}
+
+/// A duration flag's value, or a problem naming the flag.
+pub(crate) fn duration_flag(flag: &str, text: &str, problems: &mut Vec<String>) -> Option<Duration> {
+    let parsed = parse_duration(text);
+    if parsed.is_none() {
+        problems.push(format!("`{flag}` `{text}` is not a duration such as `90s`, `15m` or `2h`"));
+    }
+    parsed
+}
+
+/// Parses a positive duration: `90` (seconds), or a number with a unit, as `90s`, `15m`, `2h`
+/// (and humantime's other units and forms, such as `1h 30m`).
+pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let parsed = match t.parse::<u64>() {
+        Ok(secs) => Some(Duration::from_secs(secs)),
+        Err(_) => humantime::parse_duration(t).ok(),
+    };
+    parsed.filter(|d| !d.is_zero())
+}
+
+/// Both validations, with every problem of either reported together when both are usage
+/// problems (exit 2: bad flags, a missing key, an invalid input file).
+pub fn validate_both<A, B>(a: Result<A, Error>, b: Result<B, Error>) -> Result<(A, B), Error> {
+    let problems = |e: Error| match e {
+        Error::Config(p) => p,
+        other => vec![other.report()],
+    };
+    match (a, b) {
+        (Ok(a), Ok(b)) => Ok((a, b)),
+        (Err(a), Err(b)) if a.exit_code() == crate::exit::USAGE && b.exit_code() == crate::exit::USAGE => {
+            let mut p = problems(a);
+            p.extend(problems(b));
+            Err(Error::Config(p))
+        }
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    }
+}
+
+impl GlobalArgs {
+    pub fn pacing(&self) -> PacingConfig {
+        PacingConfig {
+            min_interval: Duration::from_millis(self.min_interval_ms),
+            hourly_cap: (self.hourly_cap > 0).then_some(self.hourly_cap),
+            cap_window: Duration::from_secs(self.cap_window_s),
+            wait_for_answers: false,
+        }
+    }
+
+    pub(crate) fn pacing_problems(&self, problems: &mut Vec<String>) {
+        if self.cap_window_s == 0 {
+            problems.push("`--cap-window-s` must be at least 1".into());
+        }
+    }
+
+    /// Validates the client's settings: base URL, key, pacing, retries.
+    pub fn client_config(&self) -> Result<ClientConfig, Error> {
+        let env_key = std::env::var(API_KEY_ENV).ok();
+        let key = ApiKey::resolve(self.api_key_file.as_deref(), env_key.as_deref()).map_err(|e| e.to_string());
+        self.client_config_for("`--base-url`", &self.base_url, key, self.pacing()).map_err(Error::Config)
+    }
+
+    /// A client's settings from these options, with its own base URL, key and pacing (a fleet's
+    /// organization); `what` names the base URL's origin in messages.
+    pub fn client_config_for(
+        &self,
+        what: &str,
+        base_url: &str,
+        key: Result<ApiKey, String>,
+        pacing: PacingConfig,
+    ) -> Result<ClientConfig, Vec<String>> {
+        let mut problems = vec![];
+        let url = match Url::parse(base_url) {
+            Ok(u) if !u.username().is_empty() || u.password().is_some() => {
+                problems.push(format!(
+                    "{what} must not hold a user name or password (`user:pass@`); the key is the only credential"
+                ));
+                None
+            }
+            Ok(u) if u.scheme() == "http" && u.host().is_some() && !is_loopback(&u) && !self.allow_insecure_http => {
+                problems.push(format!(
+                    "{what} `{base_url}` is plain http to another machine: the API key would travel in clear text; use https, or pass `--allow-insecure-http` if the network is trusted"
+                ));
+                None
+            }
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
+            Ok(_) => {
+                problems.push(format!("{what} `{base_url}` must be an http(s) URL with a host"));
+                None
+            }
+            Err(e) => {
+                problems.push(format!("{what} `{base_url}` is not a URL: {e}"));
+                None
+            }
+        };
+        let key = key.map_err(|e| problems.push(e)).ok();
+        self.pacing_problems(&mut problems);
+        if self.max_attempts == 0 {
+            problems.push("`--max-attempts` must be at least 1".into());
+        }
+        if self.timeout_s == 0 {
+            problems.push("`--timeout-s` must be at least 1".into());
+        }
+        match (url, key) {
+            (Some(url), Some(key)) if problems.is_empty() => Ok(ClientConfig {
+                pacing,
+                retry: RetryPolicy {
+                    max_attempts: self.max_attempts,
+                    deadline: Duration::from_secs(self.deadline_s),
+                    ..RetryPolicy::default()
+                },
+                request_timeout: Duration::from_secs(self.timeout_s),
+                ..ClientConfig::new(url, key)
+            }),
+            _ => Err(problems),
+        }
+    }
+}
+
+/// `localhost`, 127.0.0.0/8 or ::1: plain http there never leaves the machine.
+pub(crate) fn is_loopback(u: &Url) -> bool {
+    let Some(host) = u.host_str() else { return false };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<(), Error> {
+    let mut text = serde_json::to_string_pretty(value)
+        .map_err(|e| Error::Api(ApiError::InvalidRequest(format!("cannot encode the report: {e}"))))?;
+    text.push('\n');
+    print_text(&text)
+}
+
+/// Writes data to stdout, where only data and reports go.
+pub(crate) fn print_text(text: &str) -> Result<(), Error> {
+    std::io::stdout()
+        .lock()
+        .write_all(text.as_bytes())
+        .map_err(|source| Error::Io { context: "cannot write to stdout".into(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_reconcile_interval_flag_is_the_default() {
+        let flag = parse_duration(crate::extract::DEFAULT_RECONCILE_EVERY_FLAG);
+        assert_eq!(flag, Some(crate::extract::DEFAULT_RECONCILE_EVERY));
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("90"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("15m"), Some(Duration::from_secs(900)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1h 30m"), Some(Duration::from_secs(5400)));
+        for bad in ["0s", "0", "soon", "-5m", "", "2 fortnights"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+}

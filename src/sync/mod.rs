@@ -1,0 +1,214 @@
+//! One organization's sync: the layer the `run` command, the demo and the fleet (once per
+//! organization) call. It owns the preflight, the quick sync's snapshot, extract, transform and
+//! load, the reviewed actions, the lake push, and the exit-code policy of a finished sync.
+
+mod restore;
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::action::{ActionConfig, ActionReport, Reviewed};
+use crate::api::Client;
+use crate::extract::{ExtractConfig, ExtractReport, SyncMode};
+use crate::load::{LoadConfig, LoadReport};
+use crate::{exit, Error};
+
+pub use restore::{restore_from_lake, RestoreReport};
+
+/// What one organization's sync does, validated before anything is sent.
+#[derive(Clone, Debug)]
+pub struct SyncJob {
+    pub extract: ExtractConfig,
+    pub load: LoadConfig,
+    /// The reviewed corrections to apply after the load, if any.
+    pub actions: Option<(ActionConfig, Reviewed)>,
+}
+
+/// What one organization's sync did: every stage's report (what `run` prints).
+#[derive(Debug, Serialize)]
+pub struct SyncReport {
+    pub extract: ExtractReport,
+    pub load: LoadReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actions: Option<ActionReport>,
+    /// With `--lake`: the organization's state this run restored from the lake, because its
+    /// `--out` did not have it (no loaded run, or fewer than the lake).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restored: Option<RestoreReport>,
+}
+
+impl SyncReport {
+    /// The exit code of a finished run: the actions stage's, if any.
+    pub fn exit_code(&self) -> u8 {
+        self.actions.as_ref().map_or(exit::OK, actions_code)
+    }
+}
+
+/// One organization's sync: restore from the lake if `--out` lacks the organization's state, the
+/// preflight, extract, transform and load, the reviewed actions if given, and the lake push. The
+/// caller validated everything and holds the `--out` lock. With `loads`, the CPU-heavy transform, load and lake commit
+/// each hold one of its permits (a fleet bounds them; its extracts only wait).
+pub async fn run(
+    job: SyncJob,
+    client: &Client,
+    stop: watch::Receiver<bool>,
+    loads: Option<&tokio::sync::Semaphore>,
+) -> Result<SyncReport, Error> {
+    let SyncJob { extract: config, load: load_config, actions } = job;
+    let config = &config;
+    let permit = || async {
+        match loads {
+            Some(s) => s.acquire().await.ok(),
+            None => None,
+        }
+    };
+    // An `--out` without the organization's state (a fresh volume, another shard, or one the
+    // lake has moved past) first takes it from the lake: its journal decides what the actions
+    // send, its `applications` and `runs` what the quick sync compares with.
+    let restored = match &load_config.lake {
+        Some(lake) => {
+            let _held = permit().await;
+            restore::restore_from_lake(&load_config.out, lake).await?
+        }
+        None => None,
+    };
+    // Before the extract spends any request: the warehouse must be writable (a reader holding
+    // the writer's file is reported now, exit 5, not after an hour of requests), and an actions
+    // file must pass its guards.
+    let writable = load_config.out.clone();
+    let checked_actions = actions.clone();
+    let held = permit().await;
+    let extract_config = config.clone();
+    let snapshot = blocking("preflight", move || -> Result<_, Error> {
+        let writer = match &checked_actions {
+            // The journal lives in the writer's warehouse: opening it checks both.
+            Some((config, reviewed)) => {
+                crate::action::preflight(config, reviewed)?;
+                None
+            }
+            None => crate::load::warehouse::check_writable(&writable)?,
+        };
+        read_previous(&extract_config, writer.as_ref())
+    })
+    .await?;
+    drop(held);
+    let (config, snapshot) = snapshot;
+    let extracted = crate::extract::run(&config, client, stop.clone(), snapshot.as_ref()).await?;
+    let lake = load_config.lake.clone();
+    let out = load_config.out.clone();
+    let held = permit().await;
+    let mut loaded = load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone())).await?;
+    drop(held);
+    let actions = match actions {
+        Some((action_config, reviewed)) => {
+            let begun = crate::action::begin(&action_config, &reviewed)?;
+            if let Some(lake) = lake.as_ref().filter(|_| begun.to_send() > 0) {
+                // The intents reach the lake before the first row is sent: a run on another
+                // `--out` then finds them even if this one dies with its `--out`.
+                let staged = out.root().join(".lake-intents");
+                let _ = std::fs::remove_dir_all(&staged);
+                begun.with_intents(&action_config, &reviewed, |conn| {
+                    Ok(crate::load::lake::stage_table(conn, &lake.org, crate::load::lake::JOURNAL, &staged)?)
+                })?;
+                let _held = permit().await;
+                let committed = crate::load::lake::commit_tables(lake, &staged, &[crate::load::lake::JOURNAL])
+                    .await
+                    .map_err(|e| {
+                        crate::load::LoadError::Lake(format!(
+                            "cannot record the actions' intents in the lake before sending them, so nothing was sent: {e}"
+                        ))
+                    })?;
+                let _ = std::fs::remove_dir_all(&staged);
+                tracing::info!(organization = %lake.org, rows = begun.to_send(), version = ?committed.versions.get(crate::load::lake::JOURNAL), "the actions' intents are in the lake's journal");
+            }
+            Some(crate::action::send_all(begun, &action_config, &reviewed, client, stop).await?)
+        }
+        None => None,
+    };
+    // The lake gets the actions' results and outcomes too, and its `runs` row last: the sync is
+    // complete.
+    if let Some(lake) = &lake {
+        let _held = permit().await;
+        loaded.lake = Some(push_to_lake(&out, lake).await?);
+    }
+    Ok(SyncReport { extract: extracted, load: loaded, actions, restored })
+}
+
+/// Runs `work` on a blocking thread (DuckDB and Polars work synchronously); `what` names it if
+/// the thread itself fails.
+pub(crate) async fn blocking<T, E>(what: &str, work: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, Error>
+where
+    T: Send + 'static,
+    E: Into<Error> + Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::Io {
+            context: format!("the {what} task failed"),
+            source: std::io::Error::other(e.to_string()),
+        })?
+        .map_err(Into::into)
+}
+
+/// Loads on a blocking thread.
+pub(crate) async fn load_blocking(
+    config: LoadConfig,
+    run_id: String,
+    report: Option<ExtractReport>,
+) -> Result<LoadReport, Error> {
+    blocking("load", move || crate::load::run(&config, &run_id, report.as_ref())).await
+}
+
+/// Commits the organization's rows of every table to the lake ([`crate::load::lake`]): staged by
+/// DuckDB on a blocking thread, committed by delta-rs here.
+pub async fn push_to_lake(
+    out: &crate::out::OutDir,
+    lake: &crate::load::lake::LakeConfig,
+) -> Result<crate::load::lake::LakeReport, Error> {
+    let staged = out.root().join(".lake-staging");
+    let (o, org, dir) = (out.clone(), lake.org.clone(), staged.clone());
+    blocking("lake staging", move || crate::load::lake::stage(&o, &org, &dir)).await?;
+    let report = crate::load::lake::commit(lake, &staged).await?;
+    let _ = std::fs::remove_dir_all(&staged);
+    Ok(report)
+}
+
+/// What a sync takes from the warehouse before it sends anything (blocking: DuckDB): the
+/// previous sync's lists, for a quick sync (a full sync compares with nothing), and the last
+/// content day loaded, where incremental content starts. Read from `writer` when the caller has
+/// it open, else from the freshest file read-only. The extract config comes back with the cursor.
+pub fn read_previous(
+    config: &ExtractConfig,
+    writer: Option<&duckdb::Connection>,
+) -> Result<(ExtractConfig, Option<crate::extract::Snapshot>), Error> {
+    let statuses: Vec<String> = config.statuses.iter().map(|s| s.to_string()).collect();
+    let read = |conn: &duckdb::Connection| -> Result<_, Error> {
+        let snapshot = match config.sync {
+            SyncMode::Full => None,
+            _ => crate::load::warehouse::snapshot(conn, &statuses, config.campaign_id)?,
+        };
+        Ok((crate::load::warehouse::content_cursor(conn)?, snapshot))
+    };
+    let (content_cursor, snapshot) = match writer {
+        Some(conn) => read(conn)?,
+        None => match crate::load::warehouse::open_latest_read_only(&config.out)? {
+            Some((conn, _)) => read(&conn)?,
+            None => (None, None),
+        },
+    };
+    Ok((ExtractConfig { content_cursor, ..config.clone() }, snapshot))
+}
+
+/// The exit code of an actions run: 4 when the key was refused, 130 when interrupted, 3 when any
+/// approved row did not succeed, 0 otherwise.
+pub fn actions_code(report: &ActionReport) -> u8 {
+    if report.stopped_by_auth {
+        exit::AUTH
+    } else if report.stopped.is_some() {
+        exit::INTERRUPTED
+    } else if report.all_ok() {
+        exit::OK
+    } else {
+        exit::ACTIONS_FAILED
+    }
+}

@@ -1,0 +1,149 @@
+//! The layout proves itself: every `crate::…` path in `src/` names a module of the same layer or
+//! a layer below. The table below is the map the README's "Development" section points at.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The layers, bottom to top, and the top-level modules of each. A module uses only its own layer
+/// and the layers below.
+const LAYERS: &[(&str, &[&str])] = &[
+    // The API's client and models, and the utilities every layer shares.
+    ("api and shared utilities", &["api", "out", "progress", "exit", "stop", "testing"]),
+    // The stages, each on its own; the emulator serves the API's models and nothing else.
+    ("stages", &["extract", "transform", "load", "action", "emulator"]),
+    ("query", &["query"]),
+    // One organization's sync, and the error that folds every stage's.
+    ("sync", &["sync", "error"]),
+    ("fleet and demo", &["fleet", "demo"]),
+    ("commands", &["commands"]),
+    ("cli and main", &["cli", "main", "lib"]),
+];
+
+/// What the emulator may use besides itself: it must stay a faithful, independent service.
+const EMULATOR_USES: &[&str] = &["api"];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|(_, modules)| modules.contains(&module))
+}
+
+fn rust_files(dir: &Path, into: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, into);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            into.push(path);
+        }
+    }
+}
+
+/// The top-level module a file of `src/` belongs to: `src/load/lake.rs` → `load`.
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap();
+    let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+    first.trim_end_matches(".rs").to_owned()
+}
+
+/// The top-level modules a line of code names through `crate::`, including `use crate::{a, b}`.
+fn crate_paths(code: &str) -> Vec<String> {
+    let mut found = vec![];
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        let before = &rest[..at];
+        rest = &rest[at + "crate::".len()..];
+        // `creator_etl::…` and `other_crate::…` are not this crate's paths.
+        if before.ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            // A group: the first segment of each member.
+            let end = group.find('}').unwrap_or(group.len());
+            let mut depth = 0;
+            let mut member = String::new();
+            for c in group[..end].chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        found.push(first_segment(&member));
+                        member.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                member.push(c);
+            }
+            found.push(first_segment(&member));
+        } else {
+            found.push(first_segment(rest));
+        }
+    }
+    // The crate root re-exports the error: `crate::Error` is the `error` module's.
+    for m in &mut found {
+        if m == "Error" {
+            *m = "error".to_owned();
+        }
+    }
+    found.retain(|m| !m.is_empty() && m.chars().next().is_some_and(|c| c.is_ascii_lowercase()));
+    found
+}
+
+fn first_segment(path: &str) -> String {
+    path.trim().split(|c: char| !(c.is_alphanumeric() || c == '_')).next().unwrap_or("").to_owned()
+}
+
+/// Every `crate::` use in `src/`, by top-level module: (module, file, line, used module).
+fn uses() -> Vec<(String, String, usize, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![];
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut all = vec![];
+    for file in files {
+        let module = module_of(&src, &file);
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            // Code only: comments and doc links may point anywhere.
+            let code = line.split("//").next().unwrap_or("");
+            for used in crate_paths(code) {
+                all.push((module.clone(), file.display().to_string(), i + 1, used));
+            }
+        }
+    }
+    all
+}
+
+#[test]
+fn every_module_uses_only_its_layer_and_the_layers_below() {
+    let mut problems = vec![];
+    let mut unknown = BTreeMap::new();
+    for (module, file, line, used) in uses() {
+        let (Some(from), Some(to)) = (layer_of(&module), layer_of(&used)) else {
+            unknown.entry(if layer_of(&module).is_none() { module } else { used }).or_insert(file);
+            continue;
+        };
+        if to > from {
+            problems.push(format!(
+                "{file}:{line}: `{module}` ({}) uses `{used}` ({}), a layer above",
+                LAYERS[from].0, LAYERS[to].0
+            ));
+        }
+        if module == "emulator" && used != "emulator" && !EMULATOR_USES.contains(&used.as_str()) {
+            problems.push(format!("{file}:{line}: the emulator uses `{used}`; it may use only {EMULATOR_USES:?}"));
+        }
+    }
+    for (module, file) in &unknown {
+        problems.push(format!("`{module}` (seen in {file}) is in no layer: add it to LAYERS"));
+    }
+    assert!(problems.is_empty(), "the layout is broken:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_checker_sees_grouped_and_nested_paths() {
+    assert_eq!(crate_paths("use crate::{exit, Error};"), ["exit", "error"]);
+    assert_eq!(crate_paths("use crate::load::{lake, warehouse};"), ["load"]);
+    assert_eq!(crate_paths("let x = crate::sync::run(a, crate::api::Client::new());"), ["sync", "api"]);
+    assert_eq!(crate_paths("use crate::{fleet::job::Job, api::{Client, ApiKey}};"), ["fleet", "api"]);
+    assert!(crate_paths("use creator_etl::cli::Cli;").is_empty());
+    assert_eq!(first_segment(" load::lake"), "load");
+}
