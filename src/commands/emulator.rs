@@ -8,7 +8,7 @@ use chrono::NaiveDate;
 use clap::Args;
 
 use super::GlobalArgs;
-use crate::emulator::{Emulator, EmulatorConfig, FaultConfig, GenConfig, Keys, OrgPolicy, RatePolicy};
+use crate::emulator::{Emulator, EmulatorConfig, FaultConfig, GenConfig, Keys, OrgPolicySpec, RatePolicy};
 use crate::{exit, Error};
 
 #[derive(Debug, Args)]
@@ -72,33 +72,6 @@ pub struct EmulatorArgs {
     pub org_policies: Vec<String>,
 }
 
-/// Parses one `--org-policy K:SETTING,...` onto the emulator's own rate policy.
-fn org_policy(spec: &str, base: &RatePolicy, organizations: u32) -> Result<(u32, OrgPolicy), String> {
-    let bad = |why: String| format!("`--org-policy` `{spec}`: {why}");
-    let (k, settings) = spec.split_once(':').ok_or_else(|| bad("expected `K:SETTING,...`".into()))?;
-    let k: u32 = k.trim().parse().map_err(|_| bad(format!("`{k}` is not an organization number")))?;
-    if !(1..=organizations).contains(&k) {
-        return Err(bad(format!("organization {k} is not served (`--organizations {organizations}`)")));
-    }
-    let mut policy = OrgPolicy::default();
-    let mut rate = base.clone();
-    for setting in settings.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (name, value) = setting.split_once('=').unwrap_or((setting, ""));
-        let number = || value.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
-        match (name, number()) {
-            ("revoked", _) if value.is_empty() => policy.revoked = true,
-            ("skewed_totals", _) if value.is_empty() => policy.skewed_totals = true,
-            ("min_interval_ms", Some(v)) => rate.min_interval = Duration::from_millis(v as u64),
-            ("hourly_cap", Some(v)) => rate.hourly_cap = (v >= 1.0).then_some(v as u32),
-            ("cap_window_s", Some(v)) if v >= 1.0 => rate.cap_window = Duration::from_secs(v as u64),
-            ("fault_rate", Some(v)) if v <= 1.0 => policy.fault_rate = Some(v),
-            _ => return Err(bad(format!("`{setting}` is not one of min_interval_ms=MS, hourly_cap=N, cap_window_s=S, fault_rate=P (0 to 1), revoked, skewed_totals"))),
-        }
-    }
-    policy.rate = Some(rate);
-    Ok((k, policy))
-}
-
 impl EmulatorArgs {
     /// Validates the emulator's settings; the global rate flags are the policy it enforces.
     pub fn config(&self, global: &GlobalArgs) -> Result<(EmulatorConfig, SocketAddr), Error> {
@@ -129,11 +102,11 @@ impl EmulatorArgs {
         };
         let mut org_policies = std::collections::BTreeMap::new();
         for spec in &self.org_policies {
-            match org_policy(spec, &rate, self.organizations) {
+            match spec.parse::<OrgPolicySpec>().and_then(|s| Ok((s.org, s.policy(&rate, self.organizations)?))) {
                 Ok((k, p)) => {
                     org_policies.insert(k, p);
                 }
-                Err(e) => problems.push(e),
+                Err(e) => problems.push(e.to_string()),
             }
         }
         if !problems.is_empty() {
@@ -200,37 +173,4 @@ pub async fn exec(args: &EmulatorArgs, global: &GlobalArgs) -> Result<u8, Error>
     tracing::info!("emulator stopping");
     emu.stop().await;
     Ok(exit::OK)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn org_policies_parse() {
-        let base = RatePolicy {
-            min_interval: Duration::from_millis(2000),
-            hourly_cap: Some(40),
-            cap_window: Duration::from_secs(3600),
-        };
-        let (k, p) = org_policy("3:hourly_cap=5,fault_rate=0.5,skewed_totals", &base, 4).unwrap();
-        assert_eq!(k, 3);
-        let rate = p.rate.unwrap();
-        assert_eq!((rate.hourly_cap, rate.min_interval), (Some(5), Duration::from_millis(2000)));
-        assert_eq!(p.fault_rate, Some(0.5));
-        assert!(p.skewed_totals && !p.revoked);
-        let (_, p) = org_policy("1:revoked,min_interval_ms=100,hourly_cap=0", &base, 1).unwrap();
-        assert!(p.revoked);
-        assert_eq!(p.rate.unwrap().hourly_cap, None);
-        for (bad, why) in [
-            ("5:revoked", "organization 5 is not served"),
-            ("x:revoked", "not an organization number"),
-            ("1:fault_rate=2", "`fault_rate=2` is not one of"),
-            ("1:colour=red", "`colour=red` is not one of"),
-            ("revoked", "expected `K:SETTING,...`"),
-        ] {
-            let e = org_policy(bad, &base, 4).unwrap_err();
-            assert!(e.contains(why), "{bad}: {e}");
-        }
-    }
 }

@@ -11,6 +11,7 @@
 
 pub mod data;
 mod http;
+mod org_policy;
 mod state;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ use tokio::task::JoinHandle;
 
 pub use data::{numbered_org, org_key, GenConfig, PayoutKind, StoredPayout, StoredSale, MAIN_ORG, OTHER_ORG};
 pub use http::app;
+pub use org_policy::{OrgPolicyError, OrgPolicySpec};
 pub use state::{
     Caller, DriftEvent, EmulatorState, Fault, FaultConfig, Keys, LostKind, OrgPolicy, RatePolicy, RequestRecord, Store,
     Violation, WriteRecord,
@@ -45,7 +47,7 @@ pub struct EmulatorConfig {
     pub drift: bool,
     /// Serve the introspection routes under `/__admin`.
     pub admin: bool,
-    /// Numbered organizations whose key has its own policy, by `k`.
+    /// Numbered organizations whose key has its own policy, by `k` ([`OrgPolicySpec`] parses it).
     pub org_policies: BTreeMap<u32, OrgPolicy>,
 }
 

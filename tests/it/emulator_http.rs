@@ -212,3 +212,47 @@ fn arbitrary_requests_get_a_4xx_and_change_nothing() {
         })
         .unwrap();
 }
+
+/// `--org-policy` gives a numbered organization its own policy over the emulator's, and a
+/// malformed one is a configuration error (exit 2) that quotes the argument.
+#[test]
+fn org_policies_shape_numbered_organizations() {
+    let (mut child, base) = spawn_emulator(
+        "0",
+        &["--organizations", "3", "--org-policy", "2:revoked", "--org-policy", "3:hourly_cap=1,min_interval_ms=0"],
+    );
+    let get = |k: u32| {
+        curl(&["-H", &format!("Authorization: Bearer emu-org-{k}-key"), &format!("{base}/campaign_applications")])
+    };
+    assert_eq!(get(1).0, 200);
+    assert_eq!(get(1).0, 200, "organization 1 keeps the emulator's policy: no cap");
+    let (code, body) = get(2);
+    assert_eq!((code, body["error"].as_str()), (401, Some("Not Authenticated")), "a revoked key is unknown");
+    assert_eq!(get(3).0, 200);
+    let (code, body) = get(3);
+    assert_eq!((code, body["error"].as_str()), (429, Some("Hourly rate limit of 1 requests exceeded.")));
+    child.kill().unwrap();
+    let _ = child.wait();
+
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "emulator",
+        "--port",
+        "0",
+        "--organizations",
+        "4",
+        "--org-policy",
+        "5:revoked",
+        "--org-policy",
+        "1:colour=red",
+    ];
+    let out = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &out, 2);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for message in [
+        "`--org-policy` `5:revoked`: organization 5 is not served (`--organizations 4`)",
+        "`--org-policy` `1:colour=red`: `colour=red` is not one of min_interval_ms=MS, hourly_cap=N, cap_window_s=S, fault_rate=P (0 to 1), revoked, skewed_totals",
+    ] {
+        assert!(stderr.contains(message), "{message}\nin:\n{stderr}");
+    }
+}
