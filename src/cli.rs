@@ -810,8 +810,9 @@ pub struct EmulatorArgs {
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub org_applications: usize,
     /// A numbered organization's own policy, `K:SETTING,...` (repeatable), with settings
-    /// `min_interval_ms=MS`, `hourly_cap=N`, `cap_window_s=S`, `fault_rate=P`, `revoked` and
-    /// `skewed_totals` (content totals off by one: a data-quality finding);
+    /// `min_interval_ms=MS`, `hourly_cap=N`, `cap_window_s=S`, `fault_rate=P`, `revoked`,
+    /// `skewed_totals` (content totals off by one: a data-quality finding) and `no_content` (a
+    /// new organization: no content statistics yet, both series `[]`);
     /// e.g. `--org-policy 3:hourly_cap=5,fault_rate=0.5`
     #[arg(long = "org-policy", value_name = "K:SETTINGS")]
     pub org_policies: Vec<String>,
@@ -833,11 +834,12 @@ fn org_policy(spec: &str, base: &RatePolicy, organizations: u32) -> Result<(u32,
         match (name, number()) {
             ("revoked", _) if value.is_empty() => policy.revoked = true,
             ("skewed_totals", _) if value.is_empty() => policy.skewed_totals = true,
+            ("no_content", _) if value.is_empty() => policy.no_content = true,
             ("min_interval_ms", Some(v)) => rate.min_interval = Duration::from_millis(v as u64),
             ("hourly_cap", Some(v)) => rate.hourly_cap = (v >= 1.0).then_some(v as u32),
             ("cap_window_s", Some(v)) if v >= 1.0 => rate.cap_window = Duration::from_secs(v as u64),
             ("fault_rate", Some(v)) if v <= 1.0 => policy.fault_rate = Some(v),
-            _ => return Err(bad(format!("`{setting}` is not one of min_interval_ms=MS, hourly_cap=N, cap_window_s=S, fault_rate=P (0 to 1), revoked, skewed_totals"))),
+            _ => return Err(bad(format!("`{setting}` is not one of min_interval_ms=MS, hourly_cap=N, cap_window_s=S, fault_rate=P (0 to 1), revoked, skewed_totals, no_content"))),
         }
     }
     policy.rate = Some(rate);
@@ -1034,7 +1036,9 @@ mod tests {
         let rate = p.rate.unwrap();
         assert_eq!((rate.hourly_cap, rate.min_interval), (Some(5), Duration::from_millis(2000)));
         assert_eq!(p.fault_rate, Some(0.5));
-        assert!(p.skewed_totals && !p.revoked);
+        assert!(p.skewed_totals && !p.revoked && !p.no_content);
+        let (_, p) = org_policy("2:no_content", &base, 4).unwrap();
+        assert!(p.no_content && !p.skewed_totals);
         let (_, p) = org_policy("1:revoked,min_interval_ms=100,hourly_cap=0", &base, 1).unwrap();
         assert!(p.revoked);
         assert_eq!(p.rate.unwrap().hourly_cap, None);

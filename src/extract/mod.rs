@@ -322,6 +322,9 @@ pub struct ContentSummary {
     pub days: u64,
     /// Answers refused as invalid (truncated) and asked again.
     pub invalid_answers: u64,
+    /// Windows the service has no statistics for: both series empty (a new organization).
+    #[serde(default)]
+    pub empty_windows: u64,
 }
 
 /// The run report, `OUT/runs/<run_id>.json`.
@@ -884,6 +887,7 @@ fn build_report(
             windows: landing.windows.len() as u64,
             days: content_rows.iter().filter(|r| r.metric == Metric::Views).count() as u64,
             invalid_answers: landing.invalid_windows.values().map(|n| u64::from(*n)).sum(),
+            empty_windows: 0,
         },
         durations_ms,
         warnings,
