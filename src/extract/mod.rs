@@ -870,6 +870,8 @@ fn build_report(
         );
     }
     let content_rows = landing.content();
+    let mut warnings = warnings;
+    warnings.extend(no_statistics_warning(&landing.empty_windows(), landing.windows.len()));
     ExtractReport {
         run_id: spec.run_id.clone(),
         status,
@@ -887,7 +889,7 @@ fn build_report(
             windows: landing.windows.len() as u64,
             days: content_rows.iter().filter(|r| r.metric == Metric::Views).count() as u64,
             invalid_answers: landing.invalid_windows.values().map(|n| u64::from(*n)).sum(),
-            empty_windows: 0,
+            empty_windows: landing.empty_windows().len() as u64,
         },
         durations_ms,
         warnings,
@@ -895,6 +897,26 @@ fn build_report(
         raw_dir: config.out.raw_dir(&spec.run_id),
         sync: SyncSummary::default(),
     }
+}
+
+/// The warning for windows the service has no statistics for (both series empty), which load
+/// as no rows: the consecutive ones as one range.
+fn no_statistics_warning(empty: &[(NaiveDate, NaiveDate)], windows: usize) -> Option<String> {
+    let mut ranges: Vec<(NaiveDate, NaiveDate)> = vec![];
+    for &(start, end) in empty {
+        match ranges.last_mut() {
+            Some(last) if last.1.succ_opt() == Some(start) => last.1 = end,
+            _ => ranges.push((start, end)),
+        }
+    }
+    let list: Vec<String> = ranges.iter().map(|(a, b)| format!("{a}..{b}")).collect();
+    (!empty.is_empty()).then(|| {
+        format!(
+            "content: no content statistics for {} ({} of {windows} windows): the service answered both series empty, as it does for an organization without content yet; these days are loaded as no rows",
+            list.join(", "),
+            empty.len()
+        )
+    })
 }
 
 /// What a run extracted, read back from its raw landing: the input of transform and load.
