@@ -180,7 +180,13 @@ pub async fn pipeline(
     .await?;
     drop(held);
     let (config, snapshot) = snapshot;
-    let extracted = crate::extract::run(&config, client, stop.clone(), snapshot.as_ref()).await?;
+    let begun = crate::extract::begin(&config, client, stop.clone(), snapshot.as_ref()).await?;
+    // A fleet's organizations plan at once, so there the plan is only logged (the extract's
+    // `plan` line), never printed interleaved.
+    if loads.is_none() {
+        eprintln!("{}", begun.plan());
+    }
+    let extracted = begun.finish().await?;
     let lake = load_config.lake.clone();
     let out = load_config.out.clone();
     let held = permit().await;
@@ -585,7 +591,9 @@ async fn extract(args: &ExtractArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let extract_config = config.clone();
     let (config, snapshot) = blocking("warehouse", move || read_previous(&extract_config, None)).await?;
     let (client, stop) = stop_after_in_flight(client);
-    let report = crate::extract::run(&config, &client, stop, snapshot.as_ref()).await?;
+    let begun = crate::extract::begin(&config, &client, stop, snapshot.as_ref()).await?;
+    eprintln!("{}", begun.plan());
+    let report = begun.finish().await?;
     print_json(&report)?;
     Ok(exit::OK)
 }

@@ -193,9 +193,8 @@ fn an_organization_without_content_statistics_completes_run() {
         assert_eq!(got, truth, "{round}: exactly the organization's applications");
         let days: i64 = c.query_row("SELECT count(*) FROM content_daily", [], |r| r.get(0)).unwrap();
         assert_eq!(days, 0, "{round}: no content rows");
-        let ledger: String = c
-            .query_row("SELECT warnings_json FROM runs WHERE run_id = ?", [&extract.run_id], |r| r.get(0))
-            .unwrap();
+        let ledger: String =
+            c.query_row("SELECT warnings_json FROM runs WHERE run_id = ?", [&extract.run_id], |r| r.get(0)).unwrap();
         assert!(ledger.contains("no content statistics"), "{round}: the ledger records it: {ledger}");
     }
 }
