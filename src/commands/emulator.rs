@@ -65,8 +65,9 @@ pub struct EmulatorArgs {
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub org_applications: usize,
     /// A numbered organization's own policy, `K:SETTING,...` (repeatable), with settings
-    /// `min_interval_ms=MS`, `hourly_cap=N`, `cap_window_s=S`, `fault_rate=P`, `revoked` and
-    /// `skewed_totals` (content totals off by one: a data-quality finding);
+    /// `min_interval_ms=MS`, `hourly_cap=N`, `cap_window_s=S`, `fault_rate=P`, `revoked`,
+    /// `skewed_totals` (content totals off by one: a data-quality finding) and `no_content` (a
+    /// new organization: no content statistics yet, both series `[]`);
     /// e.g. `--org-policy 3:hourly_cap=5,fault_rate=0.5`
     #[arg(long = "org-policy", value_name = "K:SETTINGS")]
     pub org_policies: Vec<String>,

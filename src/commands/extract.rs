@@ -156,7 +156,9 @@ pub async fn exec(args: &ExtractArgs, global: &GlobalArgs) -> Result<u8, Error> 
     let extract_config = config.clone();
     let (config, snapshot) = blocking("warehouse", move || read_previous(&extract_config, None)).await?;
     let (client, stop) = stop_after_in_flight(client);
-    let report = crate::extract::run(&config, &client, stop, snapshot.as_ref()).await?;
+    let begun = crate::extract::begin(&config, &client, stop, snapshot.as_ref()).await?;
+    eprintln!("{}", begun.plan());
+    let report = begun.finish().await?;
     print_json(&report)?;
     Ok(exit::OK)
 }

@@ -13,7 +13,8 @@
 //! - payouts: see [`PayoutKind`]; ids from 3001, UUIDs derived from the seed.
 //! - `organizations` more, numbered 1…N ([`numbered_org`]), for fleets: each with
 //!   `org_applications` applications over three years, two campaigns (ids 1,000,000 + 10·k + 1
-//!   and + 2), its own content statistics, no sales or payouts, and the key [`org_key`].
+//!   and + 2), its own content statistics (none with [`super::OrgPolicy::no_content`]), no sales
+//!   or payouts, and the key [`org_key`].
 
 use chrono::{DateTime, Datelike, Duration as ChronoDuration, NaiveDate, TimeZone, Utc};
 

@@ -44,6 +44,7 @@ static SETTINGS: &[Setting] = &[
     Setting { usage: "fault_rate=P (0 to 1)", range: Some((0.0, 1.0)), apply: |p, _, v| p.fault_rate = Some(v) },
     Setting { usage: "revoked", range: None, apply: |p, _, _| p.revoked = true },
     Setting { usage: "skewed_totals", range: None, apply: |p, _, _| p.skewed_totals = true },
+    Setting { usage: "no_content", range: None, apply: |p, _, _| p.no_content = true },
 ];
 
 impl Setting {
@@ -160,7 +161,9 @@ mod tests {
         let rate = p.rate.unwrap();
         assert_eq!((rate.hourly_cap, rate.min_interval), (Some(5), Duration::from_millis(2000)));
         assert_eq!(p.fault_rate, Some(0.5));
-        assert!(p.skewed_totals && !p.revoked);
+        assert!(p.skewed_totals && !p.revoked && !p.no_content);
+        let (_, p) = org_policy("2:no_content", &base, 4).unwrap();
+        assert!(p.no_content && !p.skewed_totals);
         let (_, p) = org_policy("1:revoked,min_interval_ms=100,hourly_cap=0", &base, 1).unwrap();
         assert!(p.revoked);
         assert_eq!(p.rate.unwrap().hourly_cap, None);
@@ -198,7 +201,7 @@ mod tests {
 
     #[test]
     fn refusals_are_worded_exactly() {
-        let list = "min_interval_ms=MS, hourly_cap=N, cap_window_s=S, fault_rate=P (0 to 1), revoked, skewed_totals";
+        let list = "min_interval_ms=MS, hourly_cap=N, cap_window_s=S, fault_rate=P (0 to 1), revoked, skewed_totals, no_content";
         for (bad, message) in [
             ("revoked", "`--org-policy` `revoked`: expected `K:SETTING,...`".to_owned()),
             (" x :revoked", "`--org-policy` ` x :revoked`: ` x ` is not an organization number".to_owned()),

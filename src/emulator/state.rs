@@ -63,6 +63,9 @@ pub struct OrgPolicy {
     /// Content windows report a `total` one more than the sum of their days: a data-quality
     /// finding for the load (fatal under `--strict`).
     pub skewed_totals: bool,
+    /// A new organization without content statistics yet: every content window answers both
+    /// series as `[]`.
+    pub no_content: bool,
 }
 
 /// Injected failures.
@@ -436,6 +439,11 @@ impl EmulatorState {
     /// Whether the organization's content totals are skewed ([`OrgPolicy::skewed_totals`]).
     pub(crate) fn skewed_totals(&self, org: u32) -> bool {
         self.policies.get(&org).is_some_and(|p| p.skewed_totals)
+    }
+
+    /// Whether the organization has no content statistics yet ([`OrgPolicy::no_content`]).
+    pub(crate) fn no_content(&self, org: u32) -> bool {
+        self.policies.get(&org).is_some_and(|p| p.no_content)
     }
 
     /// Applies the rate policy to a request arriving now; an accepted request counts.

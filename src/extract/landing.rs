@@ -84,6 +84,9 @@ fn midnight_to_date(ts: i64) -> Option<NaiveDate> {
 /// Checks a content response against its window: both series present, ascending, every date
 /// inside the window and exactly one per day, `last_date` a week before `date`. Fewer days than
 /// the window has is a truncated answer.
+///
+/// Both series empty is no truncation: the service has no statistics for the window (an
+/// organization without content yet answers so for every window). That is valid, with no rows.
 pub fn validate_content(
     resp: &Content24hResponse,
     start: NaiveDate,
@@ -91,6 +94,11 @@ pub fn validate_content(
 ) -> Result<Vec<ContentRow>, String> {
     let expected = (end - start).num_days() + 1;
     let data = &resp.data.content_24h_data;
+    if let (Some(views), Some(likes)) = (&data.views_24h, &data.likes_24h) {
+        if views.is_empty() && likes.is_empty() {
+            return Ok(vec![]);
+        }
+    }
     let mut rows = vec![];
     for (metric, name, series) in [(Metric::Views, "Views", &data.views_24h), (Metric::Likes, "Likes", &data.likes_24h)]
     {
@@ -262,6 +270,11 @@ impl Landing {
         v
     }
 
+    /// Windows the service has no statistics for: validated, with both series empty.
+    pub fn empty_windows(&self) -> Vec<(NaiveDate, NaiveDate)> {
+        self.windows.iter().filter(|(_, rows)| rows.is_empty()).map(|(w, _)| *w).collect()
+    }
+
     /// Every validated day, one per (metric, date).
     pub fn content(&self) -> Vec<ContentRow> {
         let mut by_key: BTreeMap<(Metric, NaiveDate), ContentRow> = BTreeMap::new();
@@ -292,6 +305,41 @@ mod tests {
         }
         assert!(w.iter().all(|(a, b)| (*b - *a).num_days() < 30));
         assert_eq!(windows(d("2024-01-01"), d("2024-01-01"), 90), vec![(d("2024-01-01"), d("2024-01-01"))]);
+    }
+
+    fn point(name: &str, day: NaiveDate) -> ContentPoint {
+        let ts = |d: NaiveDate| d.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp();
+        ContentPoint {
+            date: ts(day),
+            last_date: ts(day - Duration::days(7)),
+            current: 5,
+            last: 4,
+            total: 0,
+            last_total: 0,
+            name: name.to_owned(),
+        }
+    }
+
+    fn answer(views: Vec<ContentPoint>, likes: Vec<ContentPoint>) -> Content24hResponse {
+        serde_json::from_value(serde_json::json!({
+            "success": true,
+            "data": {"content_24h_data": {"views_24h": views, "likes_24h": likes}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn both_series_empty_is_a_window_without_statistics_and_fewer_days_a_truncation() {
+        let (start, end) = (d("2024-01-01"), d("2024-01-03"));
+        assert_eq!(validate_content(&answer(vec![], vec![]), start, end), Ok(vec![]));
+        let views: Vec<ContentPoint> = start.iter_days().take(3).map(|x| point("Views", x)).collect();
+        let e = validate_content(&answer(views.clone(), vec![]), start, end).unwrap_err();
+        assert_eq!(e, "truncated: `likes_24h` has 0 of the 3 days of 2024-01-01..2024-01-03");
+        let likes: Vec<ContentPoint> = start.iter_days().take(2).map(|x| point("Likes", x)).collect();
+        let e = validate_content(&answer(views.clone(), likes), start, end).unwrap_err();
+        assert_eq!(e, "truncated: `likes_24h` has 2 of the 3 days of 2024-01-01..2024-01-03");
+        let likes: Vec<ContentPoint> = start.iter_days().take(3).map(|x| point("Likes", x)).collect();
+        assert_eq!(validate_content(&answer(views, likes), start, end).unwrap().len(), 6);
     }
 
     proptest::proptest! {

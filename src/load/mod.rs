@@ -27,7 +27,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use chrono::{DateTime, Utc};
 use duckdb::OptionalExt;
 use polars::prelude::{ParquetCompression, ParquetWriter};
 use serde::Serialize;
@@ -323,7 +322,7 @@ pub fn finish_interrupted_export(
 /// landing against. A completed run always has one: a missing or unreadable report is an error,
 /// never a load without the check.
 pub fn extract_report(out: &OutDir, run_id: &str) -> Result<ExtractReport, LoadError> {
-    if !out.raw_dir(run_id).join("run.json").exists() {
+    if !crate::extract::runs::exists(out, run_id) {
         return Err(ExtractError::NoSuchRun(run_id.to_owned()).into());
     }
     let path = out.report_path(run_id);
@@ -340,23 +339,7 @@ pub fn extract_report(out: &OutDir, run_id: &str) -> Result<ExtractReport, LoadE
 
 /// The newest raw run that finished extracting.
 pub fn latest_complete_run(out: &OutDir) -> Result<String, LoadError> {
-    let mut runs: Vec<(DateTime<Utc>, String)> = vec![];
-    if let Ok(entries) = std::fs::read_dir(out.raw_root()) {
-        for e in entries.flatten() {
-            let p = e.path();
-            if !p.join("COMPLETE").exists() {
-                continue;
-            }
-            if let Some(spec) = std::fs::read(p.join("run.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<crate::extract::RunSpec>(&b).ok())
-            {
-                runs.push((spec.created_at, spec.run_id));
-            }
-        }
-    }
-    runs.sort();
-    runs.pop().map(|(_, id)| id).ok_or_else(|| LoadError::NoRuns(out.raw_root().display().to_string()))
+    crate::extract::latest_complete_run(out).ok_or_else(|| LoadError::NoRuns(out.raw_root().display().to_string()))
 }
 
 /// Removes what killed loads left: staging directories and half-copied snapshots. The caller
@@ -532,7 +515,7 @@ fn record_run(
         duckdb::params![
             spec.run_id,
             report.map(|r| r.started_at.to_rfc3339()),
-            report.map_or("loaded".to_owned(), |r| r.status.clone()),
+            report.map_or("loaded", |r| r.status.as_str()),
             report.and_then(|r| r.durations_ms.get("extract").copied()).map(|v| v as i64),
             transform_ms as i64,
             load_ms as i64,

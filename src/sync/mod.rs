@@ -93,7 +93,13 @@ pub async fn run(
     .await?;
     drop(held);
     let (config, snapshot) = snapshot;
-    let extracted = crate::extract::run(&config, client, stop.clone(), snapshot.as_ref()).await?;
+    let begun = crate::extract::begin(&config, client, stop.clone(), snapshot.as_ref()).await?;
+    // A fleet's organizations plan at once, so there the plan is only logged (the extract's
+    // `plan` line), never printed interleaved.
+    if loads.is_none() {
+        eprintln!("{}", begun.plan());
+    }
+    let extracted = begun.finish().await?;
     let lake = load_config.lake.clone();
     let out = load_config.out.clone();
     let held = permit().await;

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{Duration as Days, NaiveDate, Utc};
-use creator_etl::emulator::{DriftEvent, EmulatorConfig, Fault, MAIN_ORG, OTHER_ORG};
+use creator_etl::emulator::{numbered_org, org_key, DriftEvent, EmulatorConfig, Fault, OrgPolicy, MAIN_ORG, OTHER_ORG};
 use creator_etl::extract::{read_extracted, ExtractReport, Extracted, Metric};
 use creator_etl::out::OutDir;
 
@@ -153,6 +153,50 @@ fn a_truncated_series_is_detected_and_never_loaded() {
             .unwrap();
     assert_eq!(rep.status, "failed");
     assert_eq!(rep.content.invalid_answers, 3, "each invalid answer is landed for diagnosis");
+}
+
+/// A new organization has no content statistics: the service answers both series as `[]` for
+/// every window. That is no truncation: `run` completes with every application, no content, and
+/// a warning in the report and the `runs` ledger; and so does the next run.
+#[test]
+fn an_organization_without_content_statistics_completes_run() {
+    let mut cfg = EmulatorConfig::for_tests(20);
+    cfg.data.organizations = 1;
+    cfg.data.org_applications = 250;
+    cfg.org_policies.insert(1, OrgPolicy { no_content: true, ..OrgPolicy::default() });
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let key = org_key(1);
+    let args = ["run", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "--since-days", "200"];
+    for round in ["first", "second"] {
+        let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", key.as_str())]);
+        assert_exit(&args, &o, 0);
+        let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let extract: ExtractReport = serde_json::from_value(rep["extract"].clone()).unwrap();
+        assert_eq!(extract.status, "completed", "{round}");
+        assert_eq!(extract.content.days, 0, "{round}");
+        assert!(extract.content.windows > 0, "{round}");
+        assert_eq!(extract.content.empty_windows, extract.content.windows, "{round}: every window is empty");
+        assert_eq!(extract.content.invalid_answers, 0, "{round}: no answer was refused, none asked again");
+        let warning = extract.warnings.iter().find(|w| w.contains("no content statistics"));
+        assert!(warning.is_some(), "{round}: {:?}", extract.warnings);
+        assert!(String::from_utf8_lossy(&o.stderr).contains("no content statistics"), "{round}: logged");
+
+        let c = duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap();
+        let mut st = c.prepare("SELECT id, status FROM applications ORDER BY id").unwrap();
+        let got: Vec<(i64, String)> =
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect();
+        let mut truth: Vec<(i64, String)> =
+            emu.state.applications(numbered_org(1)).iter().map(|a| (a.id, a.status.to_string())).collect();
+        truth.sort();
+        assert_eq!(got, truth, "{round}: exactly the organization's applications");
+        let days: i64 = c.query_row("SELECT count(*) FROM content_daily", [], |r| r.get(0)).unwrap();
+        assert_eq!(days, 0, "{round}: no content rows");
+        let ledger: String =
+            c.query_row("SELECT warnings_json FROM runs WHERE run_id = ?", [&extract.run_id], |r| r.get(0)).unwrap();
+        assert!(ledger.contains("no content statistics"), "{round}: the ledger records it: {ledger}");
+    }
 }
 
 /// SIGKILL at a random point, then a rerun: the same data as an uninterrupted run, and no page

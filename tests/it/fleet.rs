@@ -463,6 +463,39 @@ fn a_fleet_syncs_quickly_per_organization() {
     assert!(String::from_utf8_lossy(&third.stderr).contains(" full "), "the summary shows the mode");
 }
 
+/// A new organization without content statistics (both series `[]` in every window) completes
+/// in a fleet beside an established one, each with exactly its own applications, and its run
+/// report and ledger carry the warning.
+#[test]
+fn a_fleet_completes_an_organization_without_content_statistics() {
+    let emu = fleet_emulator(2, 120, &[(2, OrgPolicy { no_content: true, ..OrgPolicy::default() })]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["old", "new"], "");
+    let keys = key_env(2);
+    let args = ["run", "--config", file.to_str().unwrap()];
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &o, 0);
+    let orgs = by_name(&report(&o));
+    for (k, name) in [(1, "old"), (2, "new")] {
+        assert_eq!(orgs[name]["outcome"], "completed", "{name}: {}", orgs[name]);
+        assert_eq!(warehouse_ids(dir.path(), name), truth_ids(&emu, k), "{name}");
+    }
+    let run_id = orgs["new"]["run_id"].as_str().unwrap();
+    let path = dir.path().join("out/orgs/new/runs").join(format!("{run_id}.json"));
+    let run: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let warnings = run["warnings"].to_string();
+    assert!(warnings.contains("no content statistics"), "{warnings}");
+    assert_eq!(run["content"]["days"], 0);
+    let c = duckdb::Connection::open(dir.path().join("out/orgs/new/warehouse.duckdb")).unwrap();
+    let ledger: String = c.query_row("SELECT warnings_json FROM runs", [], |r| r.get(0)).unwrap();
+    assert!(ledger.contains("no content statistics"), "{ledger}");
+    let days: i64 = c.query_row("SELECT count(*) FROM content_daily", [], |r| r.get(0)).unwrap();
+    assert_eq!(days, 0);
+    let c = duckdb::Connection::open(dir.path().join("out/orgs/old/warehouse.duckdb")).unwrap();
+    let days: i64 = c.query_row("SELECT count(*) FROM content_daily", [], |r| r.get(0)).unwrap();
+    assert!(days > 0, "the established organization has its content");
+}
+
 /// A quick sync stopped by its request budget keeps its pages and resumes on the same snapshot:
 /// the next run completes it without asking a page twice, and the warehouse is the truth.
 #[test]

@@ -44,6 +44,9 @@ pub(super) async fn content_24h(
     // `limit` keeps the most recent days; only those are walked, however long the range.
     let first_day = last_day.checked_sub_days(chrono::Days::new(limit as u64 - 1)).map_or(start, |d| d.max(start));
     let mut days: Vec<NaiveDate> = first_day.iter_days().take_while(|d| *d <= last_day).collect();
+    if st.no_content(caller.org) {
+        days.clear();
+    }
     if short.is_some() && days.len() > 1 {
         let keep = days.len() / 2;
         days.truncate(keep.max(1));

@@ -1,0 +1,312 @@
+//! One invocation of an extract, in two steps: [`begin`] opens the run (new or resumed), lands
+//! page 1 of every status and makes the [`Plan`]; the caller shows the plan; then
+//! [`Extraction::finish`] crawls the rest and writes the report. Whatever ends the invocation
+//! (completion, `--plan-only`, an error, a stop), the landing and the report are saved first.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Instant;
+
+use chrono::{NaiveDate, Utc};
+use tokio::sync::watch;
+
+use super::crawl::{Crawl, StatusOutcome};
+use super::landing::{self, Landing};
+use super::plan::{self, Plan};
+use super::quick::{self, Snapshot};
+use super::raw::{self, RawWriter};
+use super::report::{self, ExtractReport, Findings, Invocation, RunStatus};
+use super::runs::{self, QuickLanding, RunSpec};
+use super::{ExtractConfig, ExtractError, SyncMode};
+use crate::api::models::ApplicationStatus;
+use crate::api::{Client, MAX_APPLICATIONS_PER_PAGE};
+use crate::out::write_json_atomic;
+use crate::progress::Progress;
+
+/// A run under way: page 1 of every status is landed and the plan is made.
+pub struct Extraction<'a> {
+    plan: Plan,
+    run: Run<'a>,
+}
+
+/// What an invocation works with, from opening the run to its report.
+struct Run<'a> {
+    config: &'a ExtractConfig,
+    client: &'a Client,
+    stop: watch::Receiver<bool>,
+    snapshot: Option<&'a Snapshot>,
+    spec: RunSpec,
+    resumed: bool,
+    /// Why the run reads the applications in its mode.
+    reason: String,
+    landing: Landing,
+    writer: RawWriter,
+    invocation: u32,
+    progress: Progress,
+    started: Instant,
+    /// When page 1 of every status began: the applications' duration counts from there.
+    applications_started: Instant,
+    windows: Vec<(NaiveDate, NaiveDate)>,
+    findings: Findings,
+}
+
+/// Opens a run and lands page 1 of every status: enough for the plan. The caller holds the lock
+/// on the output directory. `snapshot` is the previous sync's lists, for a quick sync (see
+/// [`plan::choose_mode`]). On failure or interruption the landing and the report are saved
+/// before the error is returned, and the next run resumes.
+pub async fn begin<'a>(
+    config: &'a ExtractConfig,
+    client: &'a Client,
+    stop: watch::Receiver<bool>,
+    snapshot: Option<&'a Snapshot>,
+) -> Result<Extraction<'a>, ExtractError> {
+    let mut run = Run::open(config, client, stop, snapshot)?;
+    match run.first_pages().await {
+        Ok(plan) => Ok(Extraction { plan, run }),
+        Err(e) => Err(run.conclude(Err(e)).expect_err("a failed step fails the run")),
+    }
+}
+
+impl Extraction<'_> {
+    /// What is left to request, how long it should take, and the sync mode.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Crawls what the plan left (nothing with `--plan-only`) and writes the report. On failure
+    /// or interruption the landing and the report are saved before the error is returned.
+    pub async fn finish(self) -> Result<ExtractReport, ExtractError> {
+        let Extraction { plan, mut run } = self;
+        tracing::info!(
+            requests = plan.application_requests + plan.content_requests,
+            estimated_s = plan.estimated_s,
+            "plan"
+        );
+        let result = if run.config.plan_only { Ok(RunStatus::Planned) } else { run.crawl().await };
+        run.conclude(result)
+    }
+}
+
+impl<'a> Run<'a> {
+    /// Continues the unfinished run with the same request, or starts a new one.
+    fn open(
+        config: &'a ExtractConfig,
+        client: &'a Client,
+        stop: watch::Receiver<bool>,
+        snapshot: Option<&'a Snapshot>,
+    ) -> Result<Self, ExtractError> {
+        let base_url = client.base_url().to_string();
+        let (mode, mut reason) = plan::choose_mode(config, snapshot, Utc::now());
+        let resumed = runs::resumable(config, &base_url, mode, snapshot);
+        if resumed.as_ref().is_some_and(|spec| spec.sync != SyncMode::Quick && mode == SyncMode::Quick) {
+            reason = "continuing an unfinished full sync".into();
+        }
+        // From here on, the spec's mode is the run's.
+        let spec = match &resumed {
+            Some(spec) => spec.clone(),
+            None => {
+                let spec = RunSpec::new(config, base_url, mode, snapshot);
+                runs::remove_unstarted(&config.out)?;
+                runs::write_spec(&config.out, &spec)?;
+                spec
+            }
+        };
+        let dir = config.out.raw_dir(&spec.run_id);
+        let recovered = raw::recover_partials(&dir)?;
+        let landing = Landing::from_records(&raw::read_run(&dir)?);
+        let invocation = runs::next_invocation(&dir, &landing);
+        if resumed.is_some() {
+            tracing::info!(
+                run_id = %spec.run_id,
+                invocation,
+                landed = landing.next_seq,
+                recovered,
+                "resuming an unfinished run"
+            );
+        } else {
+            tracing::info!(run_id = %spec.run_id, from = %spec.from, to = %spec.to, "starting a run");
+        }
+        Ok(Run {
+            writer: RawWriter::create(&dir, invocation)?,
+            progress: Progress::new(config.progress_bars),
+            started: Instant::now(),
+            applications_started: Instant::now(),
+            windows: landing::windows(spec.from, spec.to, spec.window_days),
+            resumed: resumed.is_some(),
+            config,
+            client,
+            stop,
+            snapshot,
+            spec,
+            reason,
+            landing,
+            invocation,
+            findings: Findings::default(),
+        })
+    }
+
+    /// The crawl's view of this run.
+    fn crawler(&mut self) -> Crawl<'_> {
+        Crawl {
+            client: self.client,
+            writer: &mut self.writer,
+            landing: &mut self.landing,
+            invocation: self.invocation,
+            campaign_id: self.spec.campaign_id,
+            concurrency: self.config.concurrency,
+            stop: self.stop.clone(),
+            progress: &self.progress,
+        }
+    }
+
+    /// Lands page 1 of every status; with `auto`, falls back to a full sync when locating the
+    /// changes would cost as much; then plans.
+    async fn first_pages(&mut self) -> Result<Plan, ExtractError> {
+        self.applications_started = Instant::now();
+        let config = self.config;
+        let mut crawl = self.crawler();
+        for status in &config.statuses {
+            crawl.first_page(status, crawl.landing.last_pass(status.as_str()).unwrap_or(1)).await?;
+        }
+        if self.spec.sync == SyncMode::Quick && self.config.sync == SyncMode::Auto {
+            if let Some(why) = self.snapshot.and_then(|snap| plan::too_many_changes(self.config, snap, &self.landing)) {
+                self.reason = why;
+                self.spec.sync = SyncMode::Full;
+                self.spec.base_run = None;
+                runs::write_spec(&self.config.out, &self.spec)?;
+            }
+        }
+        let mode = (self.spec.sync, self.reason.clone());
+        let pacing = self.client.pacer().config();
+        let first_pages = self.applications_started.elapsed();
+        Ok(plan::make_plan(self.config, pacing, &self.landing, &self.windows, first_pages, mode))
+    }
+
+    /// Everything past the first pages: a quick sync's locating, every status not read yet, then
+    /// the content windows.
+    async fn crawl(&mut self) -> Result<RunStatus, ExtractError> {
+        let (config, spec, snapshot) = (self.config, self.spec.clone(), self.snapshot);
+        let (t, windows) = (self.applications_started, self.windows.clone());
+        let mut findings = std::mem::take(&mut self.findings);
+        let mut crawl = self.crawler();
+        let result = async {
+            if let (SyncMode::Quick, Some(snap)) = (spec.sync, snapshot) {
+                findings.located = locate_changes(&mut crawl, snap, &config.statuses, spec.max_passes, &mut findings)
+                    .await?;
+                let landed = QuickLanding { base_run: snap.base_run.clone(), located: findings.located.clone() };
+                runs::write_quick(&config.out, &spec.run_id, &landed)?;
+            }
+            let unread: Vec<&ApplicationStatus> =
+                config.statuses.iter().filter(|s| !findings.outcomes.contains_key(s.as_str())).collect();
+            for status in unread {
+                let outcome = crawl.status(status, spec.max_passes).await?;
+                if !outcome.converged {
+                    findings.warnings.push(format!(
+                        "status `{status}`: {} rows seen after {} passes, but the service reports {}: the list changed while paging; the next run picks up the difference",
+                        outcome.seen, outcome.passes, outcome.row_count
+                    ));
+                }
+                findings.outcomes.insert(status.to_string(), outcome);
+            }
+            for (status, why) in &findings.read_in_full {
+                findings.warnings.push(format!("quick sync: status `{status}` was read in full: {why}"));
+            }
+            findings.durations_ms.insert("applications".to_owned(), t.elapsed().as_millis() as u64);
+            let t = Instant::now();
+            crawl.content(&windows).await?;
+            findings.durations_ms.insert("content".to_owned(), t.elapsed().as_millis() as u64);
+            Ok(RunStatus::Completed)
+        }
+        .await;
+        self.findings = findings;
+        result
+    }
+
+    /// Ends the invocation: saves the landing and its request counters, writes the report, and
+    /// marks a completed run; then returns the report, or the error that ended the run.
+    fn conclude(self, result: Result<RunStatus, ExtractError>) -> Result<ExtractReport, ExtractError> {
+        let Run {
+            config,
+            client,
+            snapshot,
+            spec,
+            resumed,
+            reason,
+            landing,
+            writer,
+            invocation,
+            progress,
+            started,
+            mut findings,
+            ..
+        } = self;
+        progress.finish();
+        writer.finish()?;
+        let (requests, unreported) = runs::record_requests(&config.out, &spec.run_id, invocation, &client.metrics())?;
+        findings.durations_ms.insert("extract".to_owned(), started.elapsed().as_millis() as u64);
+        let (status, error) = match &result {
+            Ok(s) => (*s, None),
+            Err(e @ ExtractError::Interrupted) => (RunStatus::Interrupted, Some(e.to_string())),
+            Err(e) => (RunStatus::Failed, Some(e.to_string())),
+        };
+        let invocation = Invocation { number: invocation, resumed, status, error, requests, unreported };
+        let report = report::build(config, &spec, snapshot, reason, &landing, invocation, findings);
+        for w in &report.warnings {
+            tracing::warn!(warning = %w, "data quality");
+        }
+        if report.status == RunStatus::Completed {
+            runs::complete(&config.out, &spec.run_id, config.keep_raw)?;
+        }
+        write_json_atomic(&config.out.report_path(&spec.run_id), &report)?;
+        result.map(|_| report)
+    }
+}
+
+/// Locates what changed since the snapshot: page 1 of every status is landed; reads the pages
+/// [`quick::round`] asks for, and every status it gives up on in full.
+async fn locate_changes(
+    crawl: &mut Crawl<'_>,
+    snapshot: &Snapshot,
+    statuses: &[ApplicationStatus],
+    max_passes: u32,
+    findings: &mut Findings,
+) -> Result<BTreeMap<String, quick::Located>, ExtractError> {
+    let names: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
+    let per_page = u64::from(MAX_APPLICATIONS_PER_PAGE);
+    let mut asked = HashSet::new();
+    loop {
+        let in_full = findings.read_in_full.keys().cloned().collect();
+        let latest = crawl.landing.latest_statuses();
+        let landing = &*crawl.landing;
+        let next = quick::round(snapshot, &names, &|s| landing.page_views(s, 1), &latest, &in_full, per_page);
+        match next {
+            quick::Round::Fetch(pages) => {
+                let mut wanted = vec![];
+                for (s, p) in pages {
+                    if asked.insert((s.clone(), p)) {
+                        wanted.push((ApplicationStatus::parse(&s), p));
+                    } else {
+                        // Asked and answered, yet not landed as a page: read the status in full.
+                        findings.read_in_full.insert(s.clone(), format!("page {p} could not be read as a page"));
+                    }
+                }
+                crawl.pages(wanted, 1).await?;
+            }
+            quick::Round::ReadInFull(list) => {
+                for (s, why) in list {
+                    tracing::warn!(status = %s, reason = %why, "quick sync: reading the status in full");
+                    let outcome = crawl.status(&ApplicationStatus::parse(&s), max_passes).await?;
+                    findings.outcomes.insert(s.clone(), outcome);
+                    findings.read_in_full.insert(s, why);
+                }
+            }
+            quick::Round::Done(located) => {
+                for (s, l) in &located {
+                    let outcome =
+                        StatusOutcome { passes: 1, converged: true, seen: l.row_count, row_count: l.row_count };
+                    findings.outcomes.insert(s.clone(), outcome);
+                }
+                return Ok(located);
+            }
+        }
+    }
+}
