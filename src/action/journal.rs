@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use duckdb::{params, Connection};
+use duckdb::{params, Connection, OptionalExt};
 
 use super::reviewed::ReviewedRow;
 use super::{ActionError, RowResult};
@@ -91,6 +91,22 @@ pub struct Intent {
     pub fingerprint: String,
 }
 
+/// Every outcome the journal stores: a row's intent (`pending`), each way a send ends, and an
+/// intent a later run replaced (`superseded`).
+const JOURNAL_OUTCOMES: [&str; 11] = [
+    "pending",
+    "applied",
+    "noop",
+    "failed",
+    "failed_transient",
+    "in_doubt",
+    "not_sent",
+    "superseded",
+    "skipped_not_approved",
+    "skipped_already_applied",
+    "skipped_not_selected",
+];
+
 pub struct Journal {
     conn: Connection,
     /// The table has the scope columns (schema version 3); a plan may read an older warehouse.
@@ -139,6 +155,35 @@ impl Journal {
         .map_err(db("read the journal"))
     }
 
+    /// Fails on an outcome this version does not know (a damaged or hand-edited journal, a row
+    /// restored from a newer version's lake): read as "never sent", such a row could be sent
+    /// twice, so the journal's column is named and nothing is sent.
+    fn check_outcomes(&self) -> Result<(), ActionError> {
+        let known = JOURNAL_OUTCOMES.iter().map(|o| format!("'{o}'")).collect::<Vec<_>>().join(", ");
+        let bad: Option<Option<String>> = self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT outcome FROM action_journal WHERE outcome IS NULL OR outcome NOT IN ({known}) LIMIT 1"
+                ),
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db("read the journal"))?;
+        match bad {
+            None => Ok(()),
+            Some(value) => Err(ActionError::Journal {
+                context: "read the journal",
+                message: format!(
+                    "`action_journal.outcome` holds {}, which is not one of {}; nothing was sent. Correct or delete that row in the writer's warehouse (`OUT/state/warehouse.duckdb`), then rerun",
+                    value.map_or("NULL".to_owned(), |v| format!("`{v}`")),
+                    JOURNAL_OUTCOMES.join(", ")
+                ),
+            }),
+        }
+    }
+
     /// What is known of a row.
     pub fn known(&self, fingerprint: &str, scope: &Scope) -> Result<Known, ActionError> {
         Ok(self.known_rows(Some(fingerprint), scope)?.remove(fingerprint).unwrap_or(Known::New))
@@ -156,6 +201,7 @@ impl Journal {
         // A plan may read a version-2 warehouse (before the first apply of this version), which
         // has no scope columns: all its rows count for every scope.
         let scoped = self.scoped;
+        self.check_outcomes()?;
         let in_scope = if scoped { IN_SCOPE } else { "true" };
         let filter = if fingerprint.is_some() { "AND fingerprint = ?" } else { "" };
         let sql = format!(
@@ -378,6 +424,27 @@ fn failed_for_good(status: i32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An outcome this version does not know is an error naming the column, never "new": a row
+    /// read as never sent could be sent twice.
+    #[test]
+    fn an_unknown_outcome_is_refused_not_read_as_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::new(dir.path());
+        let journal = Journal::open(&out).unwrap();
+        let file = super::super::reviewed::parse(
+            b"action,approved,sale_id,creator_payout_uuid,total,commission,customer_email,status,reviewer,note,row_id\n\
+              update_sale,yes,7001,,5000,,,,ann,,r1\n",
+        )
+        .unwrap();
+        let scope = Scope::new("http://127.0.0.1:1/api", Some("key-00000001".into()));
+        journal.record_intent("run-1", "f.csv", &file.rows[0], &scope).unwrap();
+        assert_eq!(journal.known_all(&scope).unwrap().len(), 1);
+        journal.conn.execute("UPDATE action_journal SET outcome = 'applied_twice'", []).unwrap();
+        let e = journal.known_all(&scope).unwrap_err().to_string();
+        assert!(e.contains("`action_journal.outcome` holds `applied_twice`"), "{e}");
+        assert!(journal.known(&file.rows[0].fingerprint(), &scope).is_err());
+    }
 
     #[test]
     fn intents_shown_to_a_copy_are_rolled_back_whatever_the_copy_does() {

@@ -41,6 +41,10 @@ use crate::transform::{self, TransformError};
 pub enum LoadError {
     #[error("warehouse: cannot {context}: {message}")]
     Db { context: String, message: String },
+    /// A value read back from the warehouse that is not of the column's type or not one of the
+    /// values creator-etl writes there. The run stops before it changes anything.
+    #[error("warehouse: `{table}.{column}` {problem}; nothing was loaded and the warehouse is as it was. Correct or delete that row in the writer's warehouse (`OUT/state/warehouse.duckdb`), then rerun")]
+    Unreadable { table: String, column: String, problem: String },
     #[error("the warehouse has schema version {found}, newer than this creator-etl supports ({supported}); upgrade creator-etl")]
     NewerSchema { found: i32, supported: i32 },
     #[error(

@@ -19,7 +19,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
+use duckdb::types::{TimeUnit, Type, ValueRef};
 use duckdb::{params, Connection, OptionalExt};
 
 use super::LoadError;
@@ -345,8 +346,127 @@ pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
     Ok(SCHEMA_VERSION)
 }
 
-fn ts(us: i64) -> DateTime<Utc> {
-    Utc.timestamp_micros(us).single().unwrap_or_default()
+/// One row read back from a warehouse table. Each getter reads the column as the type the code
+/// needs and names the table, the column and the value when it cannot: a damaged warehouse
+/// stops the run instead of being read as defaults (an unreadable date is not 1970-01-01).
+struct Cells<'a, 'stmt> {
+    table: &'static str,
+    row: &'a duckdb::Row<'stmt>,
+}
+
+impl Cells<'_, '_> {
+    fn unreadable(&self, column: &str, problem: impl Into<String>) -> LoadError {
+        LoadError::Unreadable { table: self.table.to_owned(), column: column.to_owned(), problem: problem.into() }
+    }
+
+    /// A value duckdb converts itself: integers, text, and `Option`s of them for nullable columns.
+    fn get<T: duckdb::types::FromSql>(&self, column: &str) -> Result<T, LoadError> {
+        self.row.get(column).map_err(|e| match e {
+            duckdb::Error::InvalidColumnType(_, _, Type::Null) => self.unreadable(column, "is NULL"),
+            e => self.unreadable(column, format!("cannot be read: {e}")),
+        })
+    }
+
+    /// The column's value, `None` for NULL.
+    fn value(&self, column: &str) -> Result<Option<ValueRef<'_>>, LoadError> {
+        match self.row.get_ref(column) {
+            Ok(ValueRef::Null) => Ok(None),
+            Ok(v) => Ok(Some(v)),
+            Err(e) => Err(self.unreadable(column, format!("cannot be read: {e}"))),
+        }
+    }
+
+    /// A `DATE`, read as DuckDB's day number. DuckDB's `infinity` and dates beyond chrono's
+    /// range are errors here; duckdb's own chrono conversion would panic on them.
+    fn date(&self, column: &str) -> Result<NaiveDate, LoadError> {
+        match self.value(column)? {
+            None => Err(self.unreadable(column, "is NULL")),
+            Some(ValueRef::Date32(days)) => {
+                DateTime::from_timestamp(i64::from(days) * 86_400, 0).map(|t| t.date_naive()).ok_or_else(|| {
+                    self.unreadable(column, format!("holds {}, which is not a calendar date", day_text(days)))
+                })
+            }
+            Some(other) => Err(self.unreadable(column, format!("holds {}, not a DATE", describe(&other)))),
+        }
+    }
+
+    /// A `TIMESTAMPTZ` (or `TIMESTAMP`, taken as UTC), read as DuckDB's count of time units,
+    /// `None` for NULL. As for dates, `infinity` and instants beyond chrono's range are errors.
+    fn timestamp_opt(&self, column: &str) -> Result<Option<DateTime<Utc>>, LoadError> {
+        let Some(value) = self.value(column)? else { return Ok(None) };
+        let ValueRef::Timestamp(unit, t) = value else {
+            return Err(self.unreadable(column, format!("holds {}, not a TIMESTAMPTZ", describe(&value))));
+        };
+        let micros = match unit {
+            TimeUnit::Second => t.checked_mul(1_000_000),
+            TimeUnit::Millisecond => t.checked_mul(1_000),
+            TimeUnit::Microsecond => Some(t),
+            TimeUnit::Nanosecond => Some(t.div_euclid(1_000)),
+        };
+        micros.and_then(DateTime::from_timestamp_micros).map(Some).ok_or_else(|| {
+            self.unreadable(column, format!("holds {}, which is not a point in time", instant_text(unit, t)))
+        })
+    }
+
+    /// A `TIMESTAMPTZ` that must be present.
+    fn timestamp(&self, column: &str) -> Result<DateTime<Utc>, LoadError> {
+        self.timestamp_opt(column)?.ok_or_else(|| self.unreadable(column, "is NULL"))
+    }
+}
+
+/// A day number as DuckDB shows it when it is one of its infinities.
+fn day_text(days: i32) -> String {
+    match days {
+        i32::MAX => "`infinity`".to_owned(),
+        d if d == -i32::MAX => "`-infinity`".to_owned(),
+        d => format!("day {d} from 1970-01-01"),
+    }
+}
+
+/// A timestamp as DuckDB shows it when it is one of its infinities.
+fn instant_text(unit: TimeUnit, t: i64) -> String {
+    match t {
+        i64::MAX => "`infinity`".to_owned(),
+        t if t == -i64::MAX => "`-infinity`".to_owned(),
+        t => format!("{t} {}s from 1970-01-01", format!("{unit:?}").to_lowercase()),
+    }
+}
+
+/// A value of an unexpected type, for a message.
+fn describe(value: &ValueRef<'_>) -> String {
+    match value {
+        ValueRef::Text(bytes) => format!("the text `{}`", String::from_utf8_lossy(bytes)),
+        other => format!("a value of type {}", other.data_type()),
+    }
+}
+
+/// Runs `sql` with `params` and reads every row of it with `read`, naming `table` in every error.
+fn read_rows<T>(
+    conn: &Connection,
+    table: &'static str,
+    sql: &str,
+    params: impl duckdb::Params,
+    mut read: impl FnMut(&Cells<'_, '_>) -> Result<T, LoadError>,
+) -> Result<Vec<T>, LoadError> {
+    let failed = |e| LoadError::db(format!("read `{table}`"), e);
+    let mut stmt = conn.prepare(sql).map_err(failed)?;
+    let mut rows = stmt.query(params).map_err(failed)?;
+    let mut out = vec![];
+    while let Some(row) = rows.next().map_err(failed)? {
+        out.push(read(&Cells { table, row })?);
+    }
+    Ok(out)
+}
+
+/// A `content_daily.metric`: only the metrics creator-etl writes.
+fn metric(cells: &Cells<'_, '_>) -> Result<Metric, LoadError> {
+    let text: String = cells.get("metric")?;
+    [Metric::Views, Metric::Likes].into_iter().find(|m| m.as_str() == text).ok_or_else(|| {
+        cells.unreadable(
+            "metric",
+            format!("holds `{text}`, which is not one of {}, {}", Metric::Views.as_str(), Metric::Likes.as_str()),
+        )
+    })
 }
 
 /// The scope of a sync, as `runs.sync_scope` records it: a quick sync compares only with a
@@ -402,9 +522,10 @@ pub fn content_cursor(conn: &Connection) -> Result<Option<NaiveDate>, LoadError>
             .ok()
             .and_then(|v| v["content"]["to"].as_str().map(str::to_owned))
             .and_then(|d| NaiveDate::parse_from_str(&d, "%Y-%m-%d").ok())
-            .ok_or_else(|| LoadError::Db {
-                context: "read `runs.report_json`".into(),
-                message: format!("the report of run `{run_id}` has no readable `content.to`"),
+            .ok_or_else(|| LoadError::Unreadable {
+                table: "runs".into(),
+                column: "report_json".into(),
+                problem: format!("of run `{run_id}` has no readable `content.to`, where incremental content starts (a run with `--from DATE` does not read it)"),
             })?;
         last = last.max(Some(to));
     }
@@ -429,116 +550,99 @@ pub fn snapshot(
     if last_scope != scope {
         return Ok(None);
     }
-    let last_reconcile: Option<i64> = conn
-        .query_row(
-            "SELECT epoch_us(max(finished_at)) FROM runs WHERE sync_mode = 'full' AND sync_scope = ?",
-            [&scope],
-            |r| r.get(0),
-        )
-        .map_err(|e| LoadError::db("read `runs`", e))?;
+    let last_reconcile = read_rows(
+        conn,
+        "runs",
+        "SELECT max(finished_at) AS finished_at FROM runs WHERE sync_mode = 'full' AND sync_scope = ?",
+        [&scope],
+        |c| c.timestamp_opt("finished_at"),
+    )?
+    .into_iter()
+    .next()
+    .flatten();
     let filter = scope_filter(statuses, campaign_id).unwrap_or_else(|| "true".into());
-    let mut stmt = conn
-        .prepare(&format!("SELECT status, epoch_us(applied_at), id FROM applications WHERE {filter}"))
-        .map_err(|e| LoadError::db("read `applications`", e))?;
-    let rows = stmt
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, (r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))))
-        .map_err(|e| LoadError::db("read `applications`", e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| LoadError::db("read `applications`", e))?;
-    Ok(Some(Snapshot::new(base_run, last_reconcile.map(ts), rows)))
+    // The status is the service's text, kept as the client received it (an unknown status
+    // included); the quick sync compares it with the service's lists as text.
+    let rows = read_rows(
+        conn,
+        "applications",
+        &format!("SELECT status, applied_at, id FROM applications WHERE {filter}"),
+        [],
+        |c| Ok((c.get::<String>("status")?, (c.timestamp("applied_at")?.timestamp_micros(), c.get::<i64>("id")?))),
+    )?;
+    Ok(Some(Snapshot::new(base_run, last_reconcile, rows)))
 }
 
 /// Content already in the warehouse.
 pub fn content(conn: &Connection) -> Result<Vec<ContentRow>, LoadError> {
-    let mut stmt = conn
-        .prepare("SELECT metric, CAST(date AS VARCHAR), CAST(last_date AS VARCHAR), current, last FROM content_daily")
-        .map_err(|e| LoadError::db("read `content_daily`", e))?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, i64>(3)?,
-                r.get::<_, i64>(4)?,
-            ))
-        })
-        .map_err(|e| LoadError::db("read `content_daily`", e))?;
-    let mut out = vec![];
-    for row in rows {
-        let (metric, date, last_date, current, last) = row.map_err(|e| LoadError::db("read `content_daily`", e))?;
-        let parse = |s: &str| NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap_or_default();
-        out.push(ContentRow {
-            metric: if metric == "likes" { Metric::Likes } else { Metric::Views },
-            date: parse(&date),
-            last_date: parse(&last_date),
-            current,
-            last,
+    read_rows(conn, "content_daily", "SELECT metric, date, last_date, current, last FROM content_daily", [], |c| {
+        Ok(ContentRow {
+            metric: metric(c)?,
+            date: c.date("date")?,
+            last_date: c.date("last_date")?,
+            current: c.get("current")?,
+            last: c.get("last")?,
             total: 0,
             last_total: 0,
-        });
-    }
-    Ok(out)
+        })
+    })
 }
 
 /// Applications (with their accounts) already in the warehouse that match `keep`, as
 /// observations at their `last_seen_at`.
+///
+/// Status, signup source and provider are the service's text: the client keeps a value it does
+/// not know (a new status, a new provider) as `Other`, the load writes it as it came, and it
+/// reads back the same. A NULL where the model requires a value is an error.
 pub fn applications_where(conn: &Connection, keep: &str) -> Result<Vec<Observation>, LoadError> {
     let sql = format!(
         "SELECT id, status, campaign_id, campaign_name, user_id, creator_name, email, signup_source, \
-         epoch_us(applied_at), epoch_us(last_seen_at) FROM applications WHERE {keep} ORDER BY id"
+         applied_at, last_seen_at FROM applications WHERE {keep} ORDER BY id"
     );
-    let mut stmt = conn.prepare(&sql).map_err(|e| LoadError::db("read `applications`", e))?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok(Observation {
-                seq: 0,
-                first_pass: 1,
-                observed_at: ts(r.get(9)?),
-                app: Application {
-                    id: r.get(0)?,
-                    status: ApplicationStatus::parse(&r.get::<_, String>(1)?),
-                    campaign_id: r.get(2)?,
-                    campaign_name: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
-                    user_id: r.get(4)?,
-                    creator_name: r.get::<_, Option<String>>(5)?.unwrap_or_default(),
-                    email: r.get(6)?,
-                    signup_source: SignupSource::parse(&r.get::<_, Option<String>>(7)?.unwrap_or_default()),
-                    connected_accounts: vec![],
-                    applied_at: ts(r.get(8)?),
-                },
-            })
+    let mut apps = read_rows(conn, "applications", &sql, [], |c| {
+        Ok(Observation {
+            seq: 0,
+            first_pass: 1,
+            observed_at: c.timestamp("last_seen_at")?,
+            app: Application {
+                id: c.get("id")?,
+                status: ApplicationStatus::parse(&c.get::<String>("status")?),
+                campaign_id: c.get("campaign_id")?,
+                campaign_name: c.get("campaign_name")?,
+                user_id: c.get("user_id")?,
+                creator_name: c.get("creator_name")?,
+                email: c.get("email")?,
+                signup_source: SignupSource::parse(&c.get::<String>("signup_source")?),
+                connected_accounts: vec![],
+                applied_at: c.timestamp("applied_at")?,
+            },
         })
-        .map_err(|e| LoadError::db("read `applications`", e))?;
-    let mut apps = vec![];
-    for r in rows {
-        apps.push(r.map_err(|e| LoadError::db("read `applications`", e))?);
-    }
+    })?;
     if apps.is_empty() {
         return Ok(apps);
     }
-    let mut stmt = conn
-        .prepare(&format!(
+    let accounts = read_rows(
+        conn,
+        "connected_accounts",
+        &format!(
             "SELECT application_id, account_id, provider, username, monthly_post_count FROM connected_accounts \
              WHERE application_id IN (SELECT id FROM applications WHERE {keep}) ORDER BY application_id, account_id"
-        ))
-        .map_err(|e| LoadError::db("read `connected_accounts`", e))?;
-    let accounts = stmt
-        .query_map([], |r| {
+        ),
+        [],
+        |c| {
             Ok((
-                r.get::<_, i64>(0)?,
+                c.get::<i64>("application_id")?,
                 ConnectedAccount {
-                    id: r.get(1)?,
-                    provider: Provider::parse(&r.get::<_, Option<String>>(2)?.unwrap_or_default()),
-                    username: r.get(3)?,
-                    monthly_post_count: r.get(4)?,
+                    id: c.get("account_id")?,
+                    provider: Provider::parse(&c.get::<String>("provider")?),
+                    username: c.get("username")?,
+                    monthly_post_count: c.get("monthly_post_count")?,
                 },
             ))
-        })
-        .map_err(|e| LoadError::db("read `connected_accounts`", e))?;
+        },
+    )?;
     let mut by_app: std::collections::HashMap<i64, Vec<ConnectedAccount>> = Default::default();
-    for a in accounts {
-        let (app_id, account) = a.map_err(|e| LoadError::db("read `connected_accounts`", e))?;
+    for (app_id, account) in accounts {
         by_app.entry(app_id).or_default().push(account);
     }
     for o in &mut apps {
@@ -646,6 +750,114 @@ mod tests {
         conn.query_row("SELECT count(*) FROM action_journal", [], |r| r.get::<_, i64>(0)).unwrap();
         let kept: i64 = conn.query_row("SELECT count(*) FROM runs WHERE run_id = 'old-run'", [], |r| r.get(0)).unwrap();
         assert_eq!(kept, 1);
+    }
+
+    /// A warehouse holding one application (with an account) and one content day of each metric,
+    /// with a date before 1970 and a timestamp with microseconds.
+    fn planted() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("w.duckdb")).unwrap();
+        conn.execute_batch(
+            "INSERT INTO applications VALUES (7, 'on_hold', 3, 'Spring', 11, 'Ana', NULL, 'partner_portal', \
+               '1969-12-31 23:59:59.123456+00', 1, 4, '2024-05-01 10:00:00+00', '2024-05-02 10:00:00.000001+00');
+             INSERT INTO connected_accounts VALUES (7, 70, 'instagram', NULL, 4);
+             INSERT INTO content_daily VALUES ('views', '1969-07-20', '1969-07-13', 5, 4), ('likes', '2024-02-29', '2024-02-22', 2, 1);
+             INSERT INTO runs (run_id, finished_at, status, sync_mode, sync_scope) \
+               VALUES ('r1', '2024-05-02 10:00:00.5+00', 'completed', 'full', 'statuses=on_hold;campaign=all');",
+        )
+        .unwrap();
+        (dir, conn)
+    }
+
+    fn day(s: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    #[test]
+    fn dates_timestamps_and_the_services_own_values_read_back_exactly() {
+        let (_dir, conn) = planted();
+        let content = content(&conn).unwrap();
+        let views = content.iter().find(|r| r.metric == Metric::Views).unwrap();
+        assert_eq!(
+            (views.date, views.last_date, views.current, views.last),
+            (day("1969-07-20"), day("1969-07-13"), 5, 4)
+        );
+        let likes = content.iter().find(|r| r.metric == Metric::Likes).unwrap();
+        assert_eq!((likes.date, likes.last_date), (day("2024-02-29"), day("2024-02-22")));
+
+        let apps = applications_where(&conn, "true").unwrap();
+        assert_eq!(apps.len(), 1);
+        let o = &apps[0];
+        assert_eq!(o.observed_at, at("2024-05-02T10:00:00.000001Z"));
+        assert_eq!(o.app.applied_at, at("1969-12-31T23:59:59.123456Z"));
+        // Values the service sent and the client kept as text come back as that text.
+        assert_eq!(o.app.status, ApplicationStatus::Other("on_hold".into()));
+        assert_eq!(o.app.signup_source, SignupSource::Other("partner_portal".into()));
+        assert_eq!(o.app.connected_accounts[0].provider, Provider::Other("instagram".into()));
+        assert_eq!((o.app.email.as_deref(), o.app.connected_accounts[0].username.as_deref()), (None, None));
+
+        let snap = snapshot(&conn, &["on_hold".to_owned()], None).unwrap().unwrap();
+        assert_eq!(snap.last_reconcile, Some(at("2024-05-02T10:00:00.5Z")));
+        assert_eq!(snap.list("on_hold"), &[(at("1969-12-31T23:59:59.123456Z").timestamp_micros(), 7)]);
+    }
+
+    /// Each damage is planted in a fresh warehouse. The read that meets it fails naming the
+    /// table, the column and the value, instead of reading a default (1970-01-01, `views`, an
+    /// empty text).
+    #[test]
+    fn an_unreadable_value_is_an_error_naming_table_column_and_value() {
+        let content_of = |c: &Connection| content(c).map(|_| ());
+        let apps_of = |c: &Connection| applications_where(c, "true").map(|_| ());
+        let snapshot_of = |c: &Connection| snapshot(c, &["on_hold".to_owned()], None).map(|_| ());
+        type Read = dyn Fn(&Connection) -> Result<(), LoadError>;
+        let cases: [(&str, &Read, &str, &str, &str); 9] = [
+            (
+                "UPDATE content_daily SET metric = 'shares' WHERE metric = 'likes'",
+                &content_of,
+                "content_daily",
+                "metric",
+                "`shares`",
+            ),
+            (
+                "UPDATE content_daily SET date = 'infinity' WHERE metric = 'views'",
+                &content_of,
+                "content_daily",
+                "date",
+                "`infinity`",
+            ),
+            (
+                "UPDATE content_daily SET last_date = '-infinity' WHERE metric = 'views'",
+                &content_of,
+                "content_daily",
+                "last_date",
+                "`-infinity`",
+            ),
+            ("UPDATE applications SET applied_at = 'infinity'", &apps_of, "applications", "applied_at", "`infinity`"),
+            (
+                "UPDATE applications SET applied_at = 'infinity'",
+                &snapshot_of,
+                "applications",
+                "applied_at",
+                "`infinity`",
+            ),
+            ("UPDATE runs SET finished_at = '-infinity'", &snapshot_of, "runs", "finished_at", "`-infinity`"),
+            ("UPDATE applications SET signup_source = NULL", &apps_of, "applications", "signup_source", "NULL"),
+            ("UPDATE applications SET campaign_name = NULL", &apps_of, "applications", "campaign_name", "NULL"),
+            ("UPDATE connected_accounts SET provider = NULL", &apps_of, "connected_accounts", "provider", "NULL"),
+        ];
+        for (damage, read, table, column, value) in cases {
+            let (_dir, conn) = planted();
+            conn.execute_batch(damage).unwrap();
+            let err = read(&conn).expect_err(damage);
+            let LoadError::Unreadable { table: t, column: c, .. } = &err else { panic!("{damage}: {err}") };
+            assert_eq!((t.as_str(), c.as_str()), (table, column), "{damage}: {err}");
+            let text = err.to_string();
+            assert!(text.contains(&format!("`{table}.{column}`")) && text.contains(value), "{damage}: {text}");
+        }
     }
 
     #[test]

@@ -193,7 +193,13 @@ pub fn read_previous(
             SyncMode::Full => None,
             _ => crate::load::warehouse::snapshot(conn, &statuses, config.campaign_id)?,
         };
-        Ok((crate::load::warehouse::content_cursor(conn)?, snapshot))
+        // With `--from`, the content starts there: the ledger's cursor is not read, so a
+        // damaged ledger row never stops a run that names its range.
+        let cursor = match config.from {
+            Some(_) => None,
+            None => crate::load::warehouse::content_cursor(conn)?,
+        };
+        Ok((cursor, snapshot))
     };
     let (content_cursor, snapshot) = match writer {
         Some(conn) => read(conn)?,

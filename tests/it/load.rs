@@ -559,3 +559,72 @@ fn content_days_of_runs_whose_load_failed_are_fetched_again() {
     let days = loaded.len();
     assert!(missing.is_empty(), "{days} days loaded; missing: {missing:?}");
 }
+
+/// A value the warehouse's reads cannot take (a metric creator-etl never writes, DuckDB's
+/// `infinity` as a date or a timestamp) stops the next run with an error naming the table, the
+/// column and the value, and nothing is loaded over it: the writer's warehouse and the readers'
+/// snapshot stay as they were. Read as a default (`views`, 1970-01-01), they would be loaded back
+/// as real data.
+#[test]
+fn a_bad_value_planted_in_the_warehouse_fails_the_next_run_and_changes_nothing() {
+    let emu = TestEmu::start(EmulatorConfig::for_tests(60));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    assert_exit(&[], &run(&emu, &out, &["--since-days", "10"], &[]), 0);
+    let writer = || duckdb::Connection::open(out.join("state/warehouse.duckdb")).unwrap();
+    let text = |c: &duckdb::Connection, sql: &str| -> String { c.query_row(sql, [], |r| r.get(0)).unwrap() };
+    let tables: Vec<&str> = exported_tables().into_iter().chain(["runs"]).collect();
+    let sums = |c: &duckdb::Connection| tables.iter().map(|t| checksum(c, t)).collect::<Vec<_>>();
+    let (first_day, days, id, applied_at) = {
+        let c = writer();
+        let id = count(&c, "SELECT min(id) FROM applications");
+        let applied_at = text(&c, &format!("SELECT CAST(applied_at AS VARCHAR) FROM applications WHERE id = {id}"));
+        (
+            text(&c, "SELECT CAST(min(date) AS VARCHAR) FROM content_daily"),
+            count(&c, "SELECT count(*) FROM content_daily"),
+            id,
+            applied_at,
+        )
+    };
+    let cases = [
+        (
+            format!("UPDATE content_daily SET metric = 'shares' WHERE metric = 'likes' AND date = DATE '{first_day}'"),
+            "UPDATE content_daily SET metric = 'likes' WHERE metric = 'shares'".to_owned(),
+            "`content_daily.metric`",
+            "`shares`",
+        ),
+        (
+            format!("UPDATE content_daily SET date = 'infinity' WHERE metric = 'views' AND date = DATE '{first_day}'"),
+            format!("UPDATE content_daily SET date = DATE '{first_day}' WHERE date = 'infinity'"),
+            "`content_daily.date`",
+            "`infinity`",
+        ),
+        // Read by the quick sync's snapshot, before the run sends anything.
+        (
+            format!("UPDATE applications SET applied_at = 'infinity' WHERE id = {id}"),
+            format!("UPDATE applications SET applied_at = '{applied_at}'::TIMESTAMPTZ WHERE id = {id}"),
+            "`applications.applied_at`",
+            "`infinity`",
+        ),
+    ];
+    for (damage, repair, column, value) in cases {
+        let c = writer();
+        c.execute_batch(&damage).unwrap();
+        let planted = sums(&c);
+        drop(c);
+        let published = sums(&db(&out));
+        let o = run(&emu, &out, &[], &[]);
+        assert_exit(&[&damage], &o, 1);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(column) && err.contains(value), "{damage}: {err}");
+        let c = writer();
+        assert_eq!(sums(&c), planted, "{damage}: the writer's warehouse is as it was");
+        assert_eq!(sums(&db(&out)), published, "{damage}: the readers' snapshot is as it was");
+        c.execute_batch(&repair).unwrap();
+    }
+    // Repaired, the next run loads.
+    assert_exit(&[], &run(&emu, &out, &[], &[]), 0);
+    let c = db(&out);
+    assert!(count(&c, "SELECT count(*) FROM content_daily") >= days);
+    assert_eq!(count(&c, &format!("SELECT count(*) FROM content_daily WHERE date < DATE '{first_day}' OR metric NOT IN ('views', 'likes')")), 0);
+}
