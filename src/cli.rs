@@ -13,7 +13,10 @@ use reqwest::Url;
 use crate::action::journal::Scope;
 use crate::action::{ActionConfig, ActionKind, Reviewed};
 use crate::api::models::ApplicationStatus;
-use crate::api::{ApiKey, ClientConfig, PacingConfig, RetryPolicy, API_KEY_ENV, DEFAULT_BASE_URL};
+use crate::api::{
+    ApiKey, ClientConfig, ClientSettings, PacingConfig, API_KEY_ENV, DEFAULT_BASE_URL, DEFAULT_CAP_WINDOW,
+    DEFAULT_DEADLINE, DEFAULT_HOURLY_CAP, DEFAULT_MAX_ATTEMPTS, DEFAULT_MIN_INTERVAL, DEFAULT_REQUEST_TIMEOUT,
+};
 use crate::emulator::{EmulatorConfig, FaultConfig, GenConfig, Keys, OrgPolicy, RatePolicy};
 use crate::extract::{ExtractConfig, SyncMode};
 use crate::fleet::observe::Lineage;
@@ -74,27 +77,27 @@ pub struct GlobalArgs {
 
     /// Rate policy: minimum milliseconds between two requests with the same key (0: none).
     /// The client keeps to it; the emulator enforces it
-    #[arg(long, global = true, env = "CREATOR_MIN_INTERVAL_MS", default_value_t = 2000, value_name = "MS")]
+    #[arg(long, global = true, env = "CREATOR_MIN_INTERVAL_MS", default_value_t = DEFAULT_MIN_INTERVAL.as_millis() as u64, value_name = "MS")]
     pub min_interval_ms: u64,
 
     /// Rate policy: at most N requests per key in each cap window (0: no cap)
-    #[arg(long, global = true, env = "CREATOR_HOURLY_CAP", default_value_t = 40, value_name = "N")]
+    #[arg(long, global = true, env = "CREATOR_HOURLY_CAP", default_value_t = DEFAULT_HOURLY_CAP, value_name = "N")]
     pub hourly_cap: u32,
 
     /// Rate policy: length of the cap window in seconds
-    #[arg(long, global = true, env = "CREATOR_CAP_WINDOW_S", default_value_t = 3600, value_name = "S")]
+    #[arg(long, global = true, env = "CREATOR_CAP_WINDOW_S", default_value_t = DEFAULT_CAP_WINDOW.as_secs(), value_name = "S")]
     pub cap_window_s: u64,
 
     /// Attempts per request, the first included, before a retryable failure is final
-    #[arg(long, global = true, default_value_t = 6, value_name = "N")]
+    #[arg(long, global = true, default_value_t = DEFAULT_MAX_ATTEMPTS, value_name = "N")]
     pub max_attempts: u32,
 
     /// No retry starts once this many seconds have passed since a request's first attempt
-    #[arg(long, global = true, default_value_t = 3900, value_name = "S")]
+    #[arg(long, global = true, default_value_t = DEFAULT_DEADLINE.as_secs(), value_name = "S")]
     pub deadline_s: u64,
 
     /// Timeout of one HTTP attempt, in seconds
-    #[arg(long, global = true, default_value_t = 60, value_name = "S")]
+    #[arg(long, global = true, default_value_t = DEFAULT_REQUEST_TIMEOUT.as_secs(), value_name = "S")]
     pub timeout_s: u64,
 
     /// Allow an `http://` base URL to a host other than this machine (the key would travel in
@@ -357,11 +360,11 @@ impl FleetRunArgs {
         let mut problems = vec![];
         // The fleet file was read for a sync ([`Check::Sync`]), so every key is there.
         let key = org.key.clone().ok_or_else(|| format!("{at}: its key was not read"));
-        let client = global
-            .client_config_for(&format!("{at}: base URL"), base_url, key, pacing)
-            .map_err(|p| problems.extend(p))
-            .ok()
-            .map(|c| ClientConfig { max_requests: self.max_requests_per_org, ..c.pacing_memory_in(&out.state_dir()) });
+        let settings = ClientSettings { base_url: base_url.to_owned(), pacing, ..global.client_settings() };
+        let client =
+            settings.config(&format!("{at}: base URL"), key).map_err(|p| problems.extend(p)).ok().map(|c| {
+                ClientConfig { max_requests: self.max_requests_per_org, ..c.pacing_memory_in(&out.state_dir()) }
+            });
         let actions = s.actions.as_ref().and_then(|file| match crate::action::read(file) {
             Ok(reviewed) => {
                 let config = ActionConfig {
@@ -855,8 +858,18 @@ impl GlobalArgs {
     }
 
     fn pacing_problems(&self, problems: &mut Vec<String>) {
-        if self.cap_window_s == 0 {
-            problems.push("`--cap-window-s` must be at least 1".into());
+        problems.extend(crate::api::pacing_problem(&self.pacing()));
+    }
+
+    /// The client's settings as given, before they are checked.
+    pub fn client_settings(&self) -> ClientSettings {
+        ClientSettings {
+            base_url: self.base_url.clone(),
+            allow_insecure_http: self.allow_insecure_http,
+            pacing: self.pacing(),
+            max_attempts: self.max_attempts,
+            deadline: Duration::from_secs(self.deadline_s),
+            request_timeout: Duration::from_secs(self.timeout_s),
         }
     }
 
@@ -864,63 +877,7 @@ impl GlobalArgs {
     pub fn client_config(&self) -> Result<ClientConfig, Error> {
         let env_key = std::env::var(API_KEY_ENV).ok();
         let key = ApiKey::resolve(self.api_key_file.as_deref(), env_key.as_deref()).map_err(|e| e.to_string());
-        self.client_config_for("`--base-url`", &self.base_url, key, self.pacing()).map_err(Error::Config)
-    }
-
-    /// A client's settings from these options, with its own base URL, key and pacing (a fleet's
-    /// organization); `what` names the base URL's origin in messages.
-    pub fn client_config_for(
-        &self,
-        what: &str,
-        base_url: &str,
-        key: Result<ApiKey, String>,
-        pacing: PacingConfig,
-    ) -> Result<ClientConfig, Vec<String>> {
-        let mut problems = vec![];
-        let url = match Url::parse(base_url) {
-            Ok(u) if !u.username().is_empty() || u.password().is_some() => {
-                problems.push(format!(
-                    "{what} must not hold a user name or password (`user:pass@`); the key is the only credential"
-                ));
-                None
-            }
-            Ok(u) if u.scheme() == "http" && u.host().is_some() && !is_loopback(&u) && !self.allow_insecure_http => {
-                problems.push(format!(
-                    "{what} `{base_url}` is plain http to another machine: the API key would travel in clear text; use https, or pass `--allow-insecure-http` if the network is trusted"
-                ));
-                None
-            }
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
-            Ok(_) => {
-                problems.push(format!("{what} `{base_url}` must be an http(s) URL with a host"));
-                None
-            }
-            Err(e) => {
-                problems.push(format!("{what} `{base_url}` is not a URL: {e}"));
-                None
-            }
-        };
-        let key = key.map_err(|e| problems.push(e)).ok();
-        self.pacing_problems(&mut problems);
-        if self.max_attempts == 0 {
-            problems.push("`--max-attempts` must be at least 1".into());
-        }
-        if self.timeout_s == 0 {
-            problems.push("`--timeout-s` must be at least 1".into());
-        }
-        match (url, key) {
-            (Some(url), Some(key)) if problems.is_empty() => Ok(ClientConfig {
-                pacing,
-                retry: RetryPolicy {
-                    max_attempts: self.max_attempts,
-                    deadline: Duration::from_secs(self.deadline_s),
-                    ..RetryPolicy::default()
-                },
-                request_timeout: Duration::from_secs(self.timeout_s),
-                ..ClientConfig::new(url, key)
-            }),
-            _ => Err(problems),
-        }
+        self.client_settings().config("`--base-url`", key).map_err(Error::Config)
     }
 }
 
@@ -938,13 +895,6 @@ fn lake_url(raw: &str) -> Result<String, String> {
         return Err(bad("must not carry a query, a fragment or credentials"));
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())
-}
-
-/// `localhost`, 127.0.0.0/8 or ::1: plain http there never leaves the machine.
-fn is_loopback(u: &Url) -> bool {
-    let Some(host) = u.host_str() else { return false };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 impl EmulatorArgs {

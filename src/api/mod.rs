@@ -8,7 +8,7 @@
 //! - `send`: sending one attempt and reading its answer;
 //! - `retry`: the retry policy and the judgement of each attempt;
 //! - `pacing` and `memory`: keeping to the service's rate rules, within and across processes;
-//! - `config`: the defaults, and a client's [`ClientConfig`].
+//! - `config`: the defaults, the settings as given, and their check into a [`ClientConfig`].
 
 mod client;
 mod config;
@@ -23,7 +23,7 @@ mod retry;
 mod send;
 
 pub use client::{stopped, Client};
-pub use config::{ClientConfig, DEFAULT_BASE_URL};
+pub use config::{pacing_problem, ClientConfig, ClientSettings, DEFAULT_BASE_URL, DEFAULT_REQUEST_TIMEOUT};
 pub use error::ApiError;
 pub(crate) use key::fnv1a;
 pub use key::{ApiKey, KeyError, API_KEY_ENV};
@@ -32,6 +32,8 @@ pub use operations::{
     ApplicationsQuery, Endpoint, Fetched, MarkOutcome, PayoutsQuery, WriteError, Written, CONTENT_LIMIT_ALL,
     MAX_APPLICATIONS_PER_PAGE,
 };
-pub use pacing::{PacingConfig, MARK_PAYOUT_MIN_INTERVAL};
-pub use retry::RetryPolicy;
+pub use pacing::{
+    PacingConfig, DEFAULT_CAP_WINDOW, DEFAULT_HOURLY_CAP, DEFAULT_MIN_INTERVAL, MARK_PAYOUT_MIN_INTERVAL,
+};
+pub use retry::{RetryPolicy, DEFAULT_DEADLINE, DEFAULT_MAX_ATTEMPTS};
 pub use send::Transport;
