@@ -196,11 +196,6 @@ impl Client {
         error
     }
 
-    /// Whether a request was refused because `max_requests` were sent.
-    pub fn budget_spent(&self) -> bool {
-        self.inner.budget.as_ref().is_some_and(|(max, used)| used.load(Ordering::SeqCst) > *max)
-    }
-
     /// Counters of every request this client and its clones made.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.inner.metrics.snapshot()
@@ -449,7 +444,7 @@ impl Client {
         if let Some((max, used)) = &inner.budget {
             if used.fetch_add(1, Ordering::SeqCst) >= *max {
                 tracing::debug!(max, "request budget spent");
-                return Err(self.after_in_flight(ApiError::Interrupted { url: shown.to_owned() }).await);
+                return Err(self.after_in_flight(ApiError::BudgetSpent { url: shown.to_owned(), max: *max }).await);
             }
         }
         let dispatch = match self.interruptible(inner.pacer.acquire(endpoint.class()), shown).await {

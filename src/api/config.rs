@@ -39,8 +39,7 @@ pub struct ClientConfig {
     /// A file that keeps the pacer's memory between processes ([`ClientConfig::pacing_memory_in`]).
     pub pacing_memory: Option<PathBuf>,
     /// Send at most this many requests (retries included); later ones end with
-    /// [`ApiError::Interrupted`](super::ApiError::Interrupted), as a stop does
-    /// ([`Client::budget_spent`](super::Client::budget_spent)).
+    /// [`ApiError::BudgetSpent`](super::ApiError::BudgetSpent).
     pub max_requests: Option<u64>,
 }
 

@@ -112,7 +112,7 @@ mod tests {
         assert_eq!(names, ["pacing-1.json"], "no temporary file is left");
         std::fs::write(&path, b"{\"last_request_ms\":").unwrap();
         assert_eq!(PacingMemory::read(&path), None);
-        // Written by a version without the cap window.
+        // A file without the cap window is an empty window.
         std::fs::write(&path, b"{\"last_request_ms\":7,\"last_mark_ms\":null}").unwrap();
         assert_eq!(PacingMemory::read(&path).unwrap().window_ms, Vec::<i64>::new());
     }
