@@ -50,8 +50,8 @@ impl Error {
             Error::Api(e) if e.is_auth() => exit::AUTH,
             Error::Api(ApiError::InvalidRequest(_)) => exit::USAGE,
             Error::Extract(ExtractError::Api { source, .. }) if source.is_auth() => exit::AUTH,
-            Error::Extract(ExtractError::Interrupted)
-            | Error::Api(ApiError::Interrupted { .. })
+            Error::Extract(ExtractError::Interrupted | ExtractError::BudgetSpent { .. })
+            | Error::Api(ApiError::Interrupted { .. } | ApiError::BudgetSpent { .. })
             | Error::Extract(ExtractError::Api { source: ApiError::Interrupted { .. }, .. }) => exit::INTERRUPTED,
             Error::Load(LoadError::Locked { .. }) | Error::Action(ActionError::Warehouse(LoadError::Locked { .. })) => {
                 exit::LOCKED

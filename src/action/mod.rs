@@ -154,6 +154,9 @@ pub struct ActionReport {
     /// The stop was a rejected key (exit 4).
     #[serde(skip)]
     pub stopped_by_auth: bool,
+    /// The stop was the client's spent request budget of this many requests.
+    #[serde(skip)]
+    pub stopped_by_budget: Option<u64>,
     /// Intents of earlier runs that had no outcome and are not in this file.
     pub unresolved_intents: Vec<String>,
     pub requests: crate::api::MetricsSnapshot,
@@ -341,7 +344,7 @@ async fn send(client: &Client, row: &ReviewedRow, result: &mut RowResult, resent
         (Target::Sale(_), None) => unreachable!("validation gives every update_sale row a body"),
     };
     let WriteError { error, in_doubt } = failure;
-    if matches!(error, ApiError::Interrupted { .. }) && !in_doubt {
+    if error.is_stop() && !in_doubt {
         // Stopped (Ctrl-C, a budget, a deadline) before this attempt went out, or after attempts
         // that were answered and took no effect (a 429): this run sent nothing that could have
         // taken effect, so the row stays as the journal had it, a re-send included.
@@ -354,7 +357,7 @@ async fn send(client: &Client, row: &ReviewedRow, result: &mut RowResult, resent
         return Some(error);
     }
     settle(row, result, &error, resent || in_doubt);
-    (error.is_auth() || matches!(error, ApiError::Interrupted { .. })).then_some(error)
+    (error.is_auth() || error.is_stop()).then_some(error)
 }
 
 /// A 2xx: applied, whether or not the body could be read.
@@ -489,6 +492,7 @@ pub async fn send_all(
     let mut rows = vec![];
     let mut stopped: Option<String> = None;
     let mut stopped_by_auth = false;
+    let mut stopped_by_budget = None;
     for (row, decision) in file.rows.iter().zip(decisions) {
         let mut result = RowResult {
             line: row.line,
@@ -537,6 +541,9 @@ pub async fn send_all(
                     tracing::debug!(line = row.line, target = %row.target, outcome = result.outcome.as_str(), status = ?result.http_status, "action");
                     if let Some(e) = halt {
                         stopped_by_auth = e.is_auth();
+                        if let ApiError::BudgetSpent { max, .. } = &e {
+                            stopped_by_budget = Some(*max);
+                        }
                         stopped = Some(if stopped_by_auth { e.to_string() } else { "interrupted".into() });
                     }
                 }
@@ -561,6 +568,7 @@ pub async fn send_all(
         outcomes,
         stopped,
         stopped_by_auth,
+        stopped_by_budget,
         unresolved_intents,
         requests: client.metrics(),
         rows,

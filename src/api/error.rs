@@ -34,6 +34,10 @@ pub enum ApiError {
     Redirected { method: String, url: String, status: u16, location: String },
     #[error("interrupted before the request to `{url}` was sent")]
     Interrupted { url: String },
+    /// The client's request budget ([`ClientConfig::max_requests`](super::ClientConfig)) was
+    /// spent: the request was not sent.
+    #[error("request budget of {max} spent before the request to `{url}` was sent")]
+    BudgetSpent { url: String, max: u64 },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error("cannot build the HTTP client: {0}")]
@@ -74,6 +78,11 @@ impl ApiError {
     /// 401 or 403: the key is wrong or lacks rights; nothing else will succeed either.
     pub fn is_auth(&self) -> bool {
         matches!(self, ApiError::Unauthorized { .. } | ApiError::Forbidden { .. })
+    }
+
+    /// Not sent: a stop or the spent request budget came first, and a later run sends it.
+    pub fn is_stop(&self) -> bool {
+        matches!(self, ApiError::Interrupted { .. } | ApiError::BudgetSpent { .. })
     }
 
     /// A failure that retries could not get past (the service may answer later).

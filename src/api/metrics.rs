@@ -48,14 +48,14 @@ impl MetricsSnapshot {
 }
 
 #[derive(Debug, Default)]
-pub struct Metrics(Mutex<MetricsSnapshot>);
+pub(crate) struct Metrics(Mutex<MetricsSnapshot>);
 
 impl Metrics {
     fn with(&self, f: impl FnOnce(&mut MetricsSnapshot)) {
         f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    pub fn snapshot(&self) -> MetricsSnapshot {
+    pub(crate) fn snapshot(&self) -> MetricsSnapshot {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 

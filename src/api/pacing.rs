@@ -37,6 +37,7 @@ use chrono::Utc;
 use tokio::time::Instant;
 
 use super::key::ApiKey;
+use super::memory::PacingMemory;
 
 /// The service never accepts payout marks closer together than this, whatever the API-wide rule.
 pub const MARK_PAYOUT_MIN_INTERVAL: Duration = Duration::from_millis(2000);
@@ -90,7 +91,7 @@ impl PacingConfig {
 
 /// Which spacing rules a request is subject to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RequestClass {
+pub(crate) enum RequestClass {
     General,
     /// `POST /stats/mark_credit_payout`: also at least [`MARK_PAYOUT_MIN_INTERVAL`] apart.
     MarkPayout,
@@ -121,24 +122,11 @@ struct State {
 
 /// A request slot that was granted: when the request went out, and how long it waited for that.
 #[derive(Clone, Copy, Debug)]
-pub struct Dispatch {
+pub(crate) struct Dispatch {
     pub at: Instant,
     pub waited: Duration,
     /// The cap-window slot it took (see [`Pacer::refused`]).
     slot: Option<Instant>,
-}
-
-/// The pacer's memory of the latest requests, in wall-clock milliseconds since the Unix epoch:
-/// what a later process needs to keep the per-key rules across a restart (see [`Pacer::restore`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PacingMemory {
-    /// When the latest request went out.
-    pub last_request_ms: Option<i64>,
-    /// When the latest payout mark went out.
-    pub last_mark_ms: Option<i64>,
-    /// The requests counted in the current cap window, oldest first.
-    #[serde(default)]
-    pub window_ms: Vec<i64>,
 }
 
 /// Why a slot was as late as it was; used only to explain long waits.
@@ -165,7 +153,7 @@ impl Reason {
 
 /// Hands out request slots that keep a [`PacingConfig`].
 #[derive(Debug)]
-pub struct Pacer {
+pub(crate) struct Pacer {
     config: PacingConfig,
     state: Mutex<State>,
     /// Wakes waiting requests when an answer arrives: it may let them go sooner.
@@ -520,11 +508,6 @@ impl Pacer {
         let until = Instant::now() + wait;
         let mut st = self.lock();
         st.blocked_until = Some(st.blocked_until.map_or(until, |b| b.max(until)));
-    }
-
-    /// How long the next request would wait if reserved now, without reserving it.
-    pub fn expected_interval(&self) -> Duration {
-        self.config.min_interval + margin(self.config.min_interval)
     }
 }
 

@@ -152,8 +152,7 @@ impl FleetRunArgs {
         };
         let defaults = Defaults {
             out: global.out.clone(),
-            base_url: global.base_url.clone(),
-            pacing: global.pacing(),
+            client: global.client_settings(),
             max_requests_per_org: self.max_requests_per_org,
             lake,
             lake_unsafe_no_conditional_writes: self.lake_unsafe_no_conditional_writes,
@@ -162,10 +161,9 @@ impl FleetRunArgs {
             cohort_edges: self.cohort_edges.clone(),
             strict: self.strict,
         };
-        let client = |what: &str, base_url: &str, key, pacing| global.client_config_for(what, base_url, key, pacing);
         let mut jobs = vec![];
         for org in &selected {
-            match crate::fleet::job::job(org, &defaults, &client) {
+            match crate::fleet::job::job(org, &defaults) {
                 Ok(job) => jobs.push(job),
                 Err(p) => problems.extend(p),
             }

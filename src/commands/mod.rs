@@ -13,16 +13,18 @@ pub mod query;
 pub mod run;
 
 use std::io::Write;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use reqwest::Url;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::api::{ApiError, ApiKey, Client, ClientConfig, PacingConfig, RetryPolicy, API_KEY_ENV, DEFAULT_BASE_URL};
+use crate::api::{
+    ApiError, ApiKey, Client, ClientConfig, ClientSettings, PacingConfig, API_KEY_ENV, DEFAULT_BASE_URL,
+    DEFAULT_CAP_WINDOW, DEFAULT_DEADLINE, DEFAULT_HOURLY_CAP, DEFAULT_MAX_ATTEMPTS, DEFAULT_MIN_INTERVAL,
+    DEFAULT_REQUEST_TIMEOUT,
+};
 use crate::Error;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -60,27 +62,27 @@ pub struct GlobalArgs {
 
     /// Rate policy: minimum milliseconds between two requests with the same key (0: none).
     /// The client keeps to it; the emulator enforces it
-    #[arg(long, global = true, env = "CREATOR_MIN_INTERVAL_MS", default_value_t = 2000, value_name = "MS")]
+    #[arg(long, global = true, env = "CREATOR_MIN_INTERVAL_MS", default_value_t = DEFAULT_MIN_INTERVAL.as_millis() as u64, value_name = "MS")]
     pub min_interval_ms: u64,
 
     /// Rate policy: at most N requests per key in each cap window (0: no cap)
-    #[arg(long, global = true, env = "CREATOR_HOURLY_CAP", default_value_t = 40, value_name = "N")]
+    #[arg(long, global = true, env = "CREATOR_HOURLY_CAP", default_value_t = DEFAULT_HOURLY_CAP, value_name = "N")]
     pub hourly_cap: u32,
 
     /// Rate policy: length of the cap window in seconds
-    #[arg(long, global = true, env = "CREATOR_CAP_WINDOW_S", default_value_t = 3600, value_name = "S")]
+    #[arg(long, global = true, env = "CREATOR_CAP_WINDOW_S", default_value_t = DEFAULT_CAP_WINDOW.as_secs(), value_name = "S")]
     pub cap_window_s: u64,
 
     /// Attempts per request, the first included, before a retryable failure is final
-    #[arg(long, global = true, default_value_t = 6, value_name = "N")]
+    #[arg(long, global = true, default_value_t = DEFAULT_MAX_ATTEMPTS, value_name = "N")]
     pub max_attempts: u32,
 
     /// No retry starts once this many seconds have passed since a request's first attempt
-    #[arg(long, global = true, default_value_t = 3900, value_name = "S")]
+    #[arg(long, global = true, default_value_t = DEFAULT_DEADLINE.as_secs(), value_name = "S")]
     pub deadline_s: u64,
 
     /// Timeout of one HTTP attempt, in seconds
-    #[arg(long, global = true, default_value_t = 60, value_name = "S")]
+    #[arg(long, global = true, default_value_t = DEFAULT_REQUEST_TIMEOUT.as_secs(), value_name = "S")]
     pub timeout_s: u64,
 
     /// Allow an `http://` base URL to a host other than this machine (the key would travel in
@@ -147,80 +149,28 @@ impl GlobalArgs {
     }
 
     pub(crate) fn pacing_problems(&self, problems: &mut Vec<String>) {
-        if self.cap_window_s == 0 {
-            problems.push("`--cap-window-s` must be at least 1".into());
+        problems.extend(crate::api::pacing_problem(&self.pacing()));
+    }
+
+    /// The client's settings as given, before they are checked.
+    pub fn client_settings(&self) -> ClientSettings {
+        ClientSettings {
+            base_url: self.base_url.clone(),
+            allow_insecure_http: self.allow_insecure_http,
+            pacing: self.pacing(),
+            max_attempts: self.max_attempts,
+            deadline: Duration::from_secs(self.deadline_s),
+            request_timeout: Duration::from_secs(self.timeout_s),
         }
     }
 
-    /// Validates the client's settings: base URL, key, pacing, retries.
+    /// Validates the client's settings: base URL, the key (from `--api-key-file` or
+    /// `CREATOR_API_KEY`), pacing, retries.
     pub fn client_config(&self) -> Result<ClientConfig, Error> {
         let env_key = std::env::var(API_KEY_ENV).ok();
         let key = ApiKey::resolve(self.api_key_file.as_deref(), env_key.as_deref()).map_err(|e| e.to_string());
-        self.client_config_for("`--base-url`", &self.base_url, key, self.pacing()).map_err(Error::Config)
+        self.client_settings().config("`--base-url`", key).map_err(Error::Config)
     }
-
-    /// A client's settings from these options, with its own base URL, key and pacing (a fleet's
-    /// organization); `what` names the base URL's origin in messages.
-    pub fn client_config_for(
-        &self,
-        what: &str,
-        base_url: &str,
-        key: Result<ApiKey, String>,
-        pacing: PacingConfig,
-    ) -> Result<ClientConfig, Vec<String>> {
-        let mut problems = vec![];
-        let url = match Url::parse(base_url) {
-            Ok(u) if !u.username().is_empty() || u.password().is_some() => {
-                problems.push(format!(
-                    "{what} must not hold a user name or password (`user:pass@`); the key is the only credential"
-                ));
-                None
-            }
-            Ok(u) if u.scheme() == "http" && u.host().is_some() && !is_loopback(&u) && !self.allow_insecure_http => {
-                problems.push(format!(
-                    "{what} `{base_url}` is plain http to another machine: the API key would travel in clear text; use https, or pass `--allow-insecure-http` if the network is trusted"
-                ));
-                None
-            }
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
-            Ok(_) => {
-                problems.push(format!("{what} `{base_url}` must be an http(s) URL with a host"));
-                None
-            }
-            Err(e) => {
-                problems.push(format!("{what} `{base_url}` is not a URL: {e}"));
-                None
-            }
-        };
-        let key = key.map_err(|e| problems.push(e)).ok();
-        self.pacing_problems(&mut problems);
-        if self.max_attempts == 0 {
-            problems.push("`--max-attempts` must be at least 1".into());
-        }
-        if self.timeout_s == 0 {
-            problems.push("`--timeout-s` must be at least 1".into());
-        }
-        match (url, key) {
-            (Some(url), Some(key)) if problems.is_empty() => Ok(ClientConfig {
-                pacing,
-                retry: RetryPolicy {
-                    max_attempts: self.max_attempts,
-                    deadline: Duration::from_secs(self.deadline_s),
-                    ..RetryPolicy::default()
-                },
-                request_timeout: Duration::from_secs(self.timeout_s),
-                ..ClientConfig::new(url, key)
-            }),
-            _ => Err(problems),
-        }
-    }
-}
-
-/// `localhost`, 127.0.0.0/8 or ::1: plain http there never leaves the machine.
-pub(crate) fn is_loopback(u: &Url) -> bool {
-    let Some(host) = u.host_str() else { return false };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<(), Error> {

@@ -95,7 +95,8 @@ impl Crawl<'_> {
     }
 
     /// Crawls a status to the end: every page of the current pass, then further passes while the
-    /// rows seen disagree with the service's count, up to `max_passes`.
+    /// rows seen disagree with the service's count, or the count moved during the pass, up to
+    /// `max_passes`.
     pub async fn status(&mut self, status: &ApplicationStatus, max_passes: u32) -> Result<StatusOutcome, ExtractError> {
         let mut pass = self.landing.last_pass(status.as_str()).unwrap_or(1);
         loop {
@@ -110,8 +111,9 @@ impl Crawl<'_> {
             }
             self.progress.set(&format!("{status} pages"), self.landed_pages(status, pass), page_count.max(1));
             self.pages(missing.into_iter().map(|p| (status.clone(), p)).collect(), pass).await?;
-            let (seen, row_count) = self.landing.pass_check(status.as_str(), pass);
-            if seen == row_count {
+            let check = self.landing.pass_check(status.as_str(), pass);
+            let (seen, row_count) = (check.seen, check.row_count);
+            if seen == row_count && !check.count_moved {
                 return Ok(StatusOutcome { passes: pass, converged: true, seen, row_count });
             }
             if pass >= max_passes {
@@ -122,6 +124,7 @@ impl Crawl<'_> {
                 pass,
                 seen,
                 row_count,
+                count_moved = check.count_moved,
                 "the list changed while paging; crawling the status again"
             );
             pass += 1;

@@ -190,8 +190,8 @@ impl<'a> Run<'a> {
         let mut crawl = self.crawler();
         let result = async {
             if let (SyncMode::Quick, Some(snap)) = (spec.sync, snapshot) {
-                findings.located = locate_changes(&mut crawl, snap, &config.statuses, spec.max_passes, &mut findings)
-                    .await?;
+                findings.located =
+                    locate_changes(&mut crawl, snap, &config.statuses, spec.max_passes, &mut findings).await?;
                 let landed = QuickLanding { base_run: snap.base_run.clone(), located: findings.located.clone() };
                 runs::write_quick(&config.out, &spec.run_id, &landed)?;
             }
@@ -200,9 +200,16 @@ impl<'a> Run<'a> {
             for status in unread {
                 let outcome = crawl.status(status, spec.max_passes).await?;
                 if !outcome.converged {
+                    let what = if outcome.seen == outcome.row_count {
+                        format!("its count moved during each of {} passes", outcome.passes)
+                    } else {
+                        format!(
+                            "{} rows seen after {} passes, but the service reports {}",
+                            outcome.seen, outcome.passes, outcome.row_count
+                        )
+                    };
                     findings.warnings.push(format!(
-                        "status `{status}`: {} rows seen after {} passes, but the service reports {}: the list changed while paging; the next run picks up the difference",
-                        outcome.seen, outcome.passes, outcome.row_count
+                        "status `{status}`: {what}: the list changed while paging; the next run picks up the difference"
                     ));
                 }
                 findings.outcomes.insert(status.to_string(), outcome);
@@ -245,7 +252,10 @@ impl<'a> Run<'a> {
         findings.durations_ms.insert("extract".to_owned(), started.elapsed().as_millis() as u64);
         let (status, error) = match &result {
             Ok(s) => (*s, None),
-            Err(e @ ExtractError::Interrupted) => (RunStatus::Interrupted, Some(e.to_string())),
+            // The run report says the same of a stop and a spent budget: the next run resumes.
+            Err(ExtractError::Interrupted | ExtractError::BudgetSpent { .. }) => {
+                (RunStatus::Interrupted, Some(ExtractError::Interrupted.to_string()))
+            }
             Err(e) => (RunStatus::Failed, Some(e.to_string())),
         };
         let invocation = Invocation { number: invocation, resumed, status, error, requests, unreported };

@@ -12,6 +12,19 @@ use serde::Serialize;
 use super::raw::RawRecord;
 use crate::api::models::{Application, ApplicationsPage, Content24hResponse, ContentPoint};
 
+/// What one pass of a status saw, against the service's count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassCheck {
+    /// Applications seen in the pass whose latest observation is in the status.
+    pub seen: u64,
+    /// The service's count on the pass's last landed page.
+    pub row_count: u64,
+    /// The pass's pages reported different counts: the list changed while it was paged. Pages
+    /// fetched at once are answered in any order, so a row pushed down past a page boundary can
+    /// be missed as well as one pulled up; such a pass proves nothing.
+    pub count_moved: bool,
+}
+
 /// `views` or `likes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -230,15 +243,16 @@ impl Landing {
 
     /// `(rows seen in this pass still in the status, the service's row count at the pass's
     /// last page)`: equal when the pass saw the whole status.
-    pub fn pass_check(&self, status: &str, pass: u32) -> (u64, u64) {
+    pub fn pass_check(&self, status: &str, pass: u32) -> PassCheck {
         let Some(pages) = self.pages.get(&(status.to_owned(), pass)) else {
-            return (0, 0);
+            return PassCheck { seen: 0, row_count: 0, count_moved: false };
         };
         let end_count = pages.values().max_by_key(|p| p.seq).map_or(0, |p| p.row_count);
         let seen: HashSet<i64> = pages.values().flat_map(|p| p.ids.iter().copied()).collect();
         let current =
             seen.iter().filter(|id| self.observations.get(id).is_some_and(|o| o.app.status.as_str() == status)).count();
-        (current as u64, end_count)
+        let count_moved = pages.values().any(|p| p.row_count != end_count);
+        PassCheck { seen: current as u64, row_count: end_count, count_moved }
     }
 
     /// The pages of one pass of a status, as the quick sync's locator reads them.

@@ -149,6 +149,8 @@ pub enum ExtractError {
     Truncated { start: NaiveDate, end: NaiveDate, tries: u32, problem: String },
     #[error("interrupted; progress is saved and the next run resumes it")]
     Interrupted,
+    #[error("request budget of {max} spent; progress is saved and the next run resumes it")]
+    BudgetSpent { max: u64 },
     #[error(transparent)]
     Out(#[from] OutError),
     #[error("raw run `{0}` not found or unreadable")]
@@ -156,10 +158,12 @@ pub enum ExtractError {
 }
 
 impl ExtractError {
-    /// A failed request; one that a stop or a spent request budget ended is an interruption.
+    /// A failed request; one that a stop ended is an interruption, and one that the request
+    /// budget ended says so.
     pub(crate) fn api(context: String, source: ApiError) -> Self {
         match source {
             ApiError::Interrupted { .. } => ExtractError::Interrupted,
+            ApiError::BudgetSpent { max, .. } => ExtractError::BudgetSpent { max },
             source => ExtractError::Api { context, source },
         }
     }

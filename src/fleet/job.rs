@@ -8,7 +8,7 @@ use super::status::org_dir;
 use super::Organization;
 use crate::action::journal::Scope;
 use crate::action::ActionConfig;
-use crate::api::{ApiKey, ClientConfig, PacingConfig};
+use crate::api::{ApiKey, ClientConfig, ClientSettings, PacingConfig};
 use crate::extract::{ExtractConfig, SyncMode};
 use crate::load::LoadConfig;
 use crate::out::OutDir;
@@ -23,19 +23,14 @@ pub struct Job {
     pub sync: SyncJob,
 }
 
-/// Checks a client's settings: (where the base URL comes from, the base URL, the key, the
-/// pacing) → the client's config, or every problem.
-pub type ClientCheck<'a> =
-    dyn Fn(&str, &str, Result<ApiKey, String>, PacingConfig) -> Result<ClientConfig, Vec<String>> + 'a;
-
 /// What the organizations of a fleet run share: the command line's settings, under each
 /// organization's own from the fleet file.
 #[derive(Clone, Debug)]
 pub struct Defaults {
     /// The fleet's `--out`; each organization works under `OUT/orgs/<name>/`.
     pub out: PathBuf,
-    pub base_url: String,
-    pub pacing: PacingConfig,
+    /// The command line's client settings; an organization's base URL and pacing go over them.
+    pub client: ClientSettings,
     pub max_requests_per_org: Option<u64>,
     /// The shared lake's URL, checked.
     pub lake: Option<String>,
@@ -46,26 +41,28 @@ pub struct Defaults {
     pub strict: bool,
 }
 
-/// One organization's job, its settings over the command line's `defaults`; `client` checks a
-/// client's settings (`what` names the base URL's origin in messages). Every problem at once.
-pub fn job(org: &Organization, defaults: &Defaults, client: &ClientCheck) -> Result<Job, Vec<String>> {
+/// One organization's job, its settings over the command line's `defaults`. Every problem at
+/// once.
+pub fn job(org: &Organization, defaults: &Defaults) -> Result<Job, Vec<String>> {
     let at = format!("organization `{}`", org.name);
     let s = &org.settings;
     let out = OutDir::new(org_dir(&defaults.out, &org.name));
     // Thousands of organizations make this machine late: space from answers (see
     // `PacingConfig::wait_for_answers`), so lateness never costs a 429.
-    let mut pacing = PacingConfig { wait_for_answers: true, ..defaults.pacing.clone() };
+    let mut pacing = PacingConfig { wait_for_answers: true, ..defaults.client.pacing.clone() };
     if let Some(ms) = s.min_interval_ms {
         pacing.min_interval = Duration::from_millis(ms);
     }
     if let Some(cap) = s.hourly_cap {
         pacing.hourly_cap = (cap > 0).then_some(cap.min(u64::from(u32::MAX)) as u32);
     }
-    let base_url = s.base_url.as_deref().unwrap_or(&defaults.base_url);
+    let base_url = s.base_url.as_deref().unwrap_or(&defaults.client.base_url);
     let mut problems = vec![];
     // The fleet file was read for a sync ([`Check::Sync`]), so every key is there.
     let key = org.key.clone().ok_or_else(|| format!("{at}: its key was not read"));
-    let client = client(&format!("{at}: base URL"), base_url, key, pacing)
+    let settings = ClientSettings { base_url: base_url.to_owned(), pacing, ..defaults.client.clone() };
+    let client = settings
+        .config(&format!("{at}: base URL"), key)
         .map_err(|p| problems.extend(p))
         .ok()
         .map(|c| ClientConfig { max_requests: defaults.max_requests_per_org, ..c.pacing_memory_in(&out.state_dir()) });

@@ -17,7 +17,7 @@ use chrono::Utc;
 use tokio::sync::{watch, Semaphore};
 
 use crate::action::{ActionError, ActionReport};
-use crate::api::{stopped, Client, Transport};
+use crate::api::{stopped, ApiError, Client, Transport};
 use crate::extract::ExtractError;
 use crate::load::LoadError;
 use crate::out::OutError;
@@ -105,18 +105,25 @@ enum Stop {
     Unknown,
 }
 
-fn stop_of(cause: Option<StopCause>, budget_spent: bool, job: &Job, options: &RunOptions, next: &str) -> Stop {
-    match (cause, budget_spent) {
+/// What stopped a stage: the organization's stop cause, and the request budget of `max` requests
+/// when the stage ended on it.
+fn stop_of(cause: Option<StopCause>, budget: Option<u64>, options: &RunOptions, next: &str) -> Stop {
+    match (cause, budget) {
         (Some(StopCause::Signal), _) => Stop::Signal,
-        (_, true) => Stop::Budget(format!(
-            "request budget of {} spent (`--max-requests-per-org`); {next}",
-            job.client.max_requests.unwrap_or_default()
-        )),
-        (Some(StopCause::Deadline), _) => Stop::Budget(format!(
+        (_, Some(max)) => Stop::Budget(format!("request budget of {max} spent (`--max-requests-per-org`); {next}")),
+        (Some(StopCause::Deadline), None) => Stop::Budget(format!(
             "time budget of {} s spent (`--max-duration`); {next}",
             options.max_duration.unwrap_or_default().as_secs_f64()
         )),
-        (None, false) => Stop::Unknown,
+        (None, None) => Stop::Unknown,
+    }
+}
+
+/// The request budget an error says was spent, if it says so.
+fn spent_budget(e: &Error) -> Option<u64> {
+    match e {
+        Error::Extract(ExtractError::BudgetSpent { max }) | Error::Api(ApiError::BudgetSpent { max, .. }) => Some(*max),
+        _ => None,
     }
 }
 
@@ -218,7 +225,6 @@ async fn run_org(
     };
     cause_task.abort();
     let stop_cause = cause.get().copied();
-    let budget_spent = client.as_ref().is_some_and(Client::budget_spent);
     let mut report = OrgReport::empty(job.name.clone(), Outcome::Completed, exit::OK, started_at);
     report.finished_at = Utc::now();
     report.duration_ms = started.elapsed().as_millis() as u64;
@@ -238,7 +244,7 @@ async fn run_org(
             report.rows = run.load.rows.clone();
             if let Some(actions) = &run.actions {
                 let next = "the rows not sent go out on the next run";
-                record_actions(&mut report, actions, || stop_of(stop_cause, budget_spent, &job, options, next));
+                record_actions(&mut report, actions, || stop_of(stop_cause, actions.stopped_by_budget, options, next));
             }
         }
         Err(e) => {
@@ -247,7 +253,7 @@ async fn run_org(
             report.error = Some(recorded(&e));
             report.outcome = Outcome::Failed;
             if code == exit::INTERRUPTED {
-                match stop_of(stop_cause, budget_spent, &job, options, "the next run resumes") {
+                match stop_of(stop_cause, spent_budget(&e), options, "the next run resumes") {
                     Stop::Signal => report.outcome = Outcome::Interrupted,
                     Stop::Budget(why) => {
                         report.outcome = Outcome::Incomplete;

@@ -596,3 +596,46 @@ fn ctrl_c_lands_the_requests_in_flight() {
     let landed = creator_etl::extract::raw::read_run(&runs[0]).unwrap();
     assert_eq!(landed.len(), requests.len(), "every answer that came is landed");
 }
+
+/// A spent request budget is its own error, naming the budget; retries count against it, and
+/// nothing more is sent. A write it stops is in doubt only when an earlier attempt lost its answer.
+#[tokio::test]
+async fn a_spent_budget_is_its_own_error_and_sends_nothing_more() {
+    let budgeted = |base: &str, max: u64| {
+        let mut cfg = creator_etl::api::ClientConfig::new(
+            base.parse().unwrap(),
+            creator_etl::api::ApiKey::new(FULL_KEY, "test").unwrap(),
+        );
+        cfg.pacing = fast();
+        cfg.retry.max_attempts = 5;
+        cfg.retry.base_backoff = Duration::from_millis(10);
+        cfg.max_requests = Some(max);
+        creator_etl::api::Client::new(cfg).unwrap()
+    };
+    let page = ApplicationsQuery::page(ApplicationStatus::Accepted, 1);
+    let emu = emulator(EmulatorConfig::for_tests(20)).await;
+    let c = budgeted(&emu.base_url, 2);
+    for _ in 0..2 {
+        c.list_applications(&page).await.unwrap();
+    }
+    let err = c.list_applications(&page).await.unwrap_err();
+    assert!(matches!(err, ApiError::BudgetSpent { max: 2, .. }), "{err:?}");
+    assert!(err.to_string().starts_with("request budget of 2 spent before the request to `"), "{err}");
+    assert!(!err.is_transient() && !err.is_auth() && err.is_stop());
+    let write = c.mark_credit_payout("00000000-0000-4000-8000-000000000000").await.unwrap_err();
+    assert!(matches!(write.error, ApiError::BudgetSpent { max: 2, .. }) && !write.in_doubt, "{write:?}");
+    assert_eq!(emu.state.requests().len(), 2, "nothing is sent past the budget");
+
+    // Every attempt counts: two refused attempts spend a budget of two, and a write whose
+    // answers were lost stays in doubt.
+    let mut cfg = EmulatorConfig::for_tests(20);
+    cfg.faults.rate = 1.0;
+    cfg.faults.kinds = vec![Fault::ServerErrorHtml];
+    let emu = emulator(cfg).await;
+    let err = budgeted(&emu.base_url, 2).list_applications(&page).await.unwrap_err();
+    assert!(matches!(err, ApiError::BudgetSpent { max: 2, .. }), "{err:?}");
+    let write =
+        budgeted(&emu.base_url, 2).mark_credit_payout("00000000-0000-4000-8000-000000000000").await.unwrap_err();
+    assert!(matches!(write.error, ApiError::BudgetSpent { max: 2, .. }) && write.in_doubt, "{write:?}");
+    assert_eq!(emu.state.requests().len(), 4);
+}
