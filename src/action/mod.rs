@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, Client, MarkOutcome, WriteError, Written};
 use crate::load::LoadError;
@@ -415,7 +415,7 @@ pub async fn apply(
     config: &ActionConfig,
     file: &Reviewed,
     client: &Client,
-    stop: watch::Receiver<bool>,
+    stop: CancellationToken,
 ) -> Result<ActionReport, ActionError> {
     let begun = begin(config, file)?;
     send_all(begun, config, file, client, stop).await
@@ -470,7 +470,7 @@ pub async fn send_all(
     config: &ActionConfig,
     file: &Reviewed,
     client: &Client,
-    stop: watch::Receiver<bool>,
+    stop: CancellationToken,
 ) -> Result<ActionReport, ActionError> {
     let to_send = begun.to_send();
     let Begun { run_id, journal, decisions } = begun;
@@ -515,7 +515,7 @@ pub async fn send_all(
                 result.outcome = outcome;
                 result.message = Some(why);
             }
-            Decision::Send { .. } if stopped.is_some() || *stop.borrow() => {
+            Decision::Send { .. } if stopped.is_some() || stop.is_cancelled() => {
                 stopped.get_or_insert_with(|| "interrupted".into());
                 result.message = Some("not sent: the run stopped first; apply again to send it".into());
             }

@@ -23,6 +23,7 @@ use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::config::ClientConfig;
 use super::error::ApiError;
@@ -72,7 +73,7 @@ impl Drop for InFlight<'_> {
 pub struct Client {
     inner: Arc<Inner>,
     /// A stop request (Ctrl-C) that interrupts waiting for the pacer or a backoff.
-    stop: Option<watch::Receiver<bool>>,
+    stop: Option<CancellationToken>,
 }
 
 impl fmt::Debug for Client {
@@ -105,18 +106,6 @@ struct Request<'a> {
     query: Vec<(String, String)>,
     body: Option<Vec<u8>>,
     write: bool,
-}
-
-/// Resolves when a stop (Ctrl-C, SIGTERM) is requested; never when the sender is gone.
-pub async fn stopped(mut rx: watch::Receiver<bool>) {
-    loop {
-        if *rx.borrow_and_update() {
-            return;
-        }
-        if rx.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
 }
 
 impl Client {
@@ -161,7 +150,7 @@ impl Client {
 
     /// This client, whose waits (for the pacer, between retries) end with
     /// [`ApiError::Interrupted`] once `stop` is raised. A request already sent is not cut off.
-    pub fn with_stop(&self, stop: watch::Receiver<bool>) -> Client {
+    pub fn with_stop(&self, stop: CancellationToken) -> Client {
         Client { inner: self.inner.clone(), stop: Some(stop) }
     }
 
@@ -170,22 +159,19 @@ impl Client {
     /// requests (an extract's crawl): a stop then ends the waits for the pacer and starts no new
     /// request, while the requests already sent are answered (or time out) and handed over
     /// before that code sees the stop.
-    pub fn stop_after_in_flight(&self, stop: watch::Receiver<bool>) -> watch::Receiver<bool> {
-        let (tx, rx) = watch::channel(false);
+    ///
+    /// The returned stop also follows `stop` when `stop` is cancelled after the code is done, so
+    /// cancel it (or let the process end) to end the watcher.
+    pub fn stop_after_in_flight(&self, stop: CancellationToken) -> CancellationToken {
+        let after = CancellationToken::new();
         let mut in_flight = self.inner.in_flight.subscribe();
+        let raise = after.clone();
         tokio::spawn(async move {
-            tokio::select! {
-                _ = stopped(stop) => {}
-                // Nobody listens any more.
-                _ = tx.closed() => return,
-            }
-            tokio::select! {
-                _ = in_flight.wait_for(|n| *n == 0) => {}
-                _ = tx.closed() => return,
-            }
-            let _ = tx.send(true);
+            stop.cancelled().await;
+            let _ = in_flight.wait_for(|n| *n == 0).await;
+            raise.cancel();
         });
-        rx
+        after
     }
 
     /// `error` (a stop or a spent budget), once none of this client's other requests is in
@@ -349,9 +335,9 @@ impl Client {
     async fn interruptible<F: std::future::Future>(&self, wait: F, url: &str) -> Result<F::Output, ApiError> {
         match &self.stop {
             None => Ok(wait.await),
-            Some(rx) => tokio::select! {
+            Some(stop) => tokio::select! {
                 v = wait => Ok(v),
-                _ = stopped(rx.clone()) => Err(ApiError::Interrupted { url: url.to_owned() }),
+                _ = stop.cancelled() => Err(ApiError::Interrupted { url: url.to_owned() }),
             },
         }
     }
@@ -455,7 +441,7 @@ impl Client {
         // nothing: a waiter for the requests in flight ([`Client::stop_after_in_flight`])
         // either counts this one or was preceded by the stop that this check sees.
         let flight = InFlight::start(&inner.in_flight);
-        if self.stop.as_ref().is_some_and(|stop| *stop.borrow()) {
+        if self.stop.as_ref().is_some_and(CancellationToken::is_cancelled) {
             // Nothing goes out: the slot and its cap-window place are given back.
             inner.pacer.refused(&dispatch);
             inner.pacer.unanswered(&dispatch);

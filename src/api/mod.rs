@@ -22,7 +22,7 @@ mod pacing;
 mod retry;
 mod send;
 
-pub use client::{stopped, Client};
+pub use client::Client;
 pub use config::{pacing_problem, ClientConfig, ClientSettings, DEFAULT_BASE_URL, DEFAULT_REQUEST_TIMEOUT};
 pub use error::ApiError;
 pub(crate) use key::fnv1a;

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::api::{
     ApiError, ApiKey, Client, ClientConfig, ClientSettings, PacingConfig, API_KEY_ENV, DEFAULT_BASE_URL,
@@ -94,7 +94,7 @@ pub struct GlobalArgs {
 /// The client and the stop of a command that reads: Ctrl-C or SIGTERM ends the client's waits
 /// and starts no new request, and the stop reaches the crawl once the requests in flight have
 /// answered and landed ([`Client::stop_after_in_flight`]).
-pub(crate) fn stop_after_in_flight(client: Client) -> (Client, watch::Receiver<bool>) {
+pub(crate) fn stop_after_in_flight(client: Client) -> (Client, CancellationToken) {
     let signal = crate::stop::stop_signal();
     let stop = client.stop_after_in_flight(signal.clone());
     (client.with_stop(signal), stop)

@@ -3,7 +3,7 @@
 
 use chrono::NaiveDate;
 use futures_util::{FutureExt, StreamExt};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::landing::{validate_content, Landing};
 use super::raw::{RawRecord, RawWriter};
@@ -23,11 +23,9 @@ pub struct Crawl<'a> {
     pub invocation: u32,
     pub campaign_id: Option<i64>,
     pub concurrency: usize,
-    pub stop: watch::Receiver<bool>,
+    pub stop: CancellationToken,
     pub progress: &'a Progress,
 }
-
-pub use crate::api::stopped;
 
 /// How one status's crawl ended.
 #[derive(Clone, Debug)]
@@ -79,7 +77,7 @@ impl Crawl<'_> {
         let q = self.query(status, 1);
         let fetched = tokio::select! {
             r = self.client.list_applications(&q) => r.map_err(|e| ExtractError::api(format!("applications `{status}` page 1"), e))?,
-            _ = stopped(self.stop.clone()) => return Err(ExtractError::Interrupted),
+            _ = self.stop.cancelled() => return Err(ExtractError::Interrupted),
         };
         self.land(&fetched, Some(pass), None, None)?;
         self.progress.set(
@@ -151,7 +149,7 @@ impl Crawl<'_> {
             type Answer = (ApplicationStatus, u64, Result<Fetched<ApplicationsPage>, crate::api::ApiError>);
             let next: Option<Answer> = tokio::select! {
                 n = pages.next() => n,
-                _ = stopped(self.stop.clone()) => return Err(ExtractError::Interrupted),
+                _ = self.stop.cancelled() => return Err(ExtractError::Interrupted),
             };
             let Some((status, page, result)) = next else { break };
             let fetched = result.map_err(|e| ExtractError::api(format!("applications `{status}` page {page}"), e))?;
@@ -202,7 +200,7 @@ impl Crawl<'_> {
             );
             let next: Option<Answer> = tokio::select! {
                 n = answers.next() => n,
-                _ = stopped(self.stop.clone()) => return Err(ExtractError::Interrupted),
+                _ = self.stop.cancelled() => return Err(ExtractError::Interrupted),
             };
             let Some((w, tries, error)) = next else { break };
             let mut last_problem = None;

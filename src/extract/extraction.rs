@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
 use chrono::{NaiveDate, Utc};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::crawl::{Crawl, StatusOutcome};
 use super::landing::{self, Landing};
@@ -32,7 +32,7 @@ pub struct Extraction<'a> {
 struct Run<'a> {
     config: &'a ExtractConfig,
     client: &'a Client,
-    stop: watch::Receiver<bool>,
+    stop: CancellationToken,
     snapshot: Option<&'a Snapshot>,
     spec: RunSpec,
     resumed: bool,
@@ -56,7 +56,7 @@ struct Run<'a> {
 pub async fn begin<'a>(
     config: &'a ExtractConfig,
     client: &'a Client,
-    stop: watch::Receiver<bool>,
+    stop: CancellationToken,
     snapshot: Option<&'a Snapshot>,
 ) -> Result<Extraction<'a>, ExtractError> {
     let mut run = Run::open(config, client, stop, snapshot)?;
@@ -91,7 +91,7 @@ impl<'a> Run<'a> {
     fn open(
         config: &'a ExtractConfig,
         client: &'a Client,
-        stop: watch::Receiver<bool>,
+        stop: CancellationToken,
         snapshot: Option<&'a Snapshot>,
     ) -> Result<Self, ExtractError> {
         let base_url = client.base_url().to_string();

@@ -14,10 +14,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
 use crate::action::{ActionError, ActionReport};
-use crate::api::{stopped, ApiError, Client, Transport};
+use crate::api::{ApiError, Client, Transport};
 use crate::extract::ExtractError;
 use crate::load::LoadError;
 use crate::out::OutError;
@@ -44,7 +45,7 @@ pub struct RunOptions {
 }
 
 /// Runs every job concurrently; `stop` is the process's Ctrl-C/SIGTERM flag.
-pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: watch::Receiver<bool>) -> Result<FleetReport, Error> {
+pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: CancellationToken) -> Result<FleetReport, Error> {
     let started = Instant::now();
     // Every organization's client has the command line's timeouts: the shared transport takes
     // them from the first.
@@ -176,7 +177,7 @@ async fn run_org(
     job: Job,
     transport: &Transport,
     loads: &Semaphore,
-    global: watch::Receiver<bool>,
+    global: CancellationToken,
     options: &RunOptions,
 ) -> OrgReport {
     let started = Instant::now();
@@ -186,16 +187,18 @@ async fn run_org(
     if let Some((sink, event)) = &lineage {
         sink.emit(&event.start(started_at)).await;
     }
-    // The organization's own stop: the process's, or its `--max-duration`. Its cause is set
-    // before the stop is raised, so whoever sees the stop can read why.
-    let (tx, rx) = watch::channel(false);
+    // The organization's own stop: a child of the process's, which its `--max-duration` also
+    // cancels. The deadline's cause is set before it cancels, so whoever sees the stop can read
+    // why; a stop without a cause set is the process's.
+    let org_stop = global.child_token();
     let deadline = options.max_duration;
     let cause = Arc::new(OnceLock::new());
     let cause_task = {
         let cause = cause.clone();
+        let (global, org_stop) = (global.clone(), org_stop.clone());
         tokio::spawn(async move {
             let why = tokio::select! {
-                _ = stopped(global) => StopCause::Signal,
+                _ = global.cancelled() => StopCause::Signal,
                 _ = async {
                     match deadline {
                         Some(d) => tokio::time::sleep(d).await,
@@ -204,7 +207,7 @@ async fn run_org(
                 } => StopCause::Deadline,
             };
             let _ = cause.set(why);
-            let _ = tx.send(true);
+            org_stop.cancel();
         })
     };
     // The status file is written under the organization's lock; a run that cannot take it
@@ -216,15 +219,17 @@ async fn run_org(
             Ok(client) => {
                 // A stop ends the waits for the pacer and starts no request; the pipeline sees it
                 // once the requests in flight have answered and landed.
-                let client = client.with_stop(rx.clone());
-                let stop = client.stop_after_in_flight(rx);
+                let client = client.with_stop(org_stop.clone());
+                let stop = client.stop_after_in_flight(org_stop.clone());
                 let outcome = crate::sync::run(job.sync.clone(), &client, stop, Some(loads)).await;
                 (Some(lock), Some(client), outcome)
             }
         },
     };
     cause_task.abort();
-    let stop_cause = cause.get().copied();
+    let stop_cause = cause.get().copied().or_else(|| global.is_cancelled().then_some(StopCause::Signal));
+    // The sync is over: this ends the organization's watcher of its requests in flight.
+    org_stop.cancel();
     let mut report = OrgReport::empty(job.name.clone(), Outcome::Completed, exit::OK, started_at);
     report.finished_at = Utc::now();
     report.duration_ms = started.elapsed().as_millis() as u64;

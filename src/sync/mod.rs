@@ -5,7 +5,7 @@
 mod restore;
 
 use serde::Serialize;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::action::{ActionConfig, ActionReport, Reviewed};
 use crate::api::Client;
@@ -51,7 +51,7 @@ impl SyncReport {
 pub async fn run(
     job: SyncJob,
     client: &Client,
-    stop: watch::Receiver<bool>,
+    stop: CancellationToken,
     loads: Option<&tokio::sync::Semaphore>,
 ) -> Result<SyncReport, Error> {
     let SyncJob { extract: config, load: load_config, actions } = job;

@@ -466,7 +466,7 @@ fn lost_answers_at_a_high_rate_still_apply_each_row_once() {
         retry_failed: false,
         scope: Scope::new(&emu.base_url, Some("key-test".into())),
     };
-    let (_tx, stop) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let report = rt.block_on(creator_etl::action::apply(&config, &file, &client, stop.clone())).unwrap();
 

@@ -148,14 +148,7 @@ fn a_fleet_on_a_fresh_out_each_time_sends_each_row_once_and_keeps_the_history() 
         assert_eq!(writes(&emu, target), 1, "{target}: sent by the first run\n{}", show(&[], &o));
     }
     // An application changes status between the runs: the history must keep both.
-    let moved = emu
-        .state
-        .applications(MAIN_ORG)
-        .into_iter()
-        .find(|a| a.status == ApplicationStatus::Pending)
-        .expect("a pending application")
-        .id;
-    assert!(emu.state.set_application_status(moved, ApplicationStatus::Accepted));
+    let moved = accept_one_pending(&emu);
 
     let o = fleet_run(&emu, dir.path(), &dir.path().join("out-2"), &lake, &file);
     assert_exit(&[], &o, 0);
@@ -248,6 +241,20 @@ fn a_run_killed_on_a_lost_out_is_followed_by_no_second_send() {
     for target in &approved {
         assert_eq!(writes(&emu, target), 1, "{target}");
     }
+}
+
+/// Accepts a pending application of the main organization, as a brand would between two runs;
+/// its id.
+fn accept_one_pending(emu: &TestEmu) -> i64 {
+    let moved = emu
+        .state
+        .applications(MAIN_ORG)
+        .into_iter()
+        .find(|a| a.status == ApplicationStatus::Pending)
+        .expect("a pending application")
+        .id;
+    assert!(emu.state.set_application_status(moved, ApplicationStatus::Accepted));
+    moved
 }
 
 /// Appends an approved sale update of the `nth` updatable sale to the reviewed file; its id.
@@ -412,14 +419,7 @@ fn a_journal_only_difference_merges_the_journal_and_keeps_the_warehouse() {
     let (file, approved, _) = reviewed(&emu, dir.path());
     // An `--out` with its own history, never pushed to the lake: two runs and a status change.
     run_plain(&emu, dir.path(), "own", &[]);
-    let moved = emu
-        .state
-        .applications(MAIN_ORG)
-        .into_iter()
-        .find(|a| a.status == ApplicationStatus::Pending)
-        .expect("a pending application")
-        .id;
-    assert!(emu.state.set_application_status(moved, ApplicationStatus::Accepted));
+    let moved = accept_one_pending(&emu);
     run_plain(&emu, dir.path(), "own", &[]);
     let own = dir.path().join("own");
     let history = warehouse_count(&own, "SELECT count(*) FROM application_status_history");
