@@ -149,6 +149,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutError> {
     fs::rename(&tmp, path).map_err(io_err("rename into place", path))
 }
 
+/// Why a JSON file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadJsonError {
+    #[error("cannot be read ({0})")]
+    Io(#[source] std::io::Error),
+    #[error("is not readable ({0})")]
+    Parse(#[source] serde_json::Error),
+}
+
+/// Reads a JSON file written by [`write_json_atomic`]: `Ok(None)` when it does not exist.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, ReadJsonError> {
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(ReadJsonError::Parse),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ReadJsonError::Io(e)),
+    }
+}
+
 /// Writes a value as pretty JSON, atomically.
 pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), OutError> {
     let mut bytes = serde_json::to_vec_pretty(value).expect("reports serialise");

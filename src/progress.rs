@@ -38,11 +38,6 @@ impl Progress {
         }
     }
 
-    /// Silent progress, for library callers and tests.
-    pub fn hidden() -> Self {
-        Progress::new(false)
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Counter>> {
         self.counters.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -26,9 +26,9 @@ impl PacingMemory {
     /// Reads a memory file; a missing or unreadable one is no memory (one that cannot be parsed
     /// is logged).
     pub(crate) fn read(path: &Path) -> Option<Self> {
-        let bytes = std::fs::read(path).ok()?;
-        match serde_json::from_slice(&bytes) {
-            Ok(m) => Some(m),
+        match crate::out::read_json(path) {
+            Ok(m) => m,
+            Err(crate::out::ReadJsonError::Io(_)) => None,
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable pacing state file");
                 None

@@ -85,7 +85,6 @@ impl EmulatorConfig {
 pub struct Emulator {
     /// `http://127.0.0.1:PORT/api/public/v1`
     pub base_url: String,
-    pub addr: SocketAddr,
     pub state: Arc<EmulatorState>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
@@ -106,13 +105,7 @@ impl Emulator {
                 })
                 .await
         });
-        Ok(Emulator {
-            base_url: format!("http://{addr}{BASE_PATH}"),
-            addr,
-            state,
-            shutdown: Some(tx),
-            task: Some(task),
-        })
+        Ok(Emulator { base_url: format!("http://{addr}{BASE_PATH}"), state, shutdown: Some(tx), task: Some(task) })
     }
 
     /// Stops accepting requests and waits for the server to finish.

@@ -83,10 +83,6 @@ impl RawWriter {
         Ok(())
     }
 
-    pub fn records(&self) -> u64 {
-        self.records
-    }
-
     /// Completes the gzip stream, syncs it, and gives it its final name.
     pub fn finish(mut self) -> Result<PathBuf, OutError> {
         let enc = self.enc.take().expect("writer not finished");

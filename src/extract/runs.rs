@@ -102,7 +102,7 @@ pub fn content_range(config: &ExtractConfig, today: NaiveDate) -> (NaiveDate, Na
 
 /// Reads the request of the run in `dir`; `None` when it has none or it is unreadable.
 fn read_spec_in(dir: &Path) -> Option<RunSpec> {
-    serde_json::from_slice(&std::fs::read(dir.join(SPEC_FILE)).ok()?).ok()
+    crate::out::read_json(&dir.join(SPEC_FILE)).ok().flatten()
 }
 
 /// Reads a run's request.
@@ -247,10 +247,7 @@ pub(crate) fn record_requests(
     let mut total = MetricsSnapshot::default();
     let mut missing = 0;
     for n in 1..invocation {
-        match std::fs::read(invocation_path(out, run_id, n))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<MetricsSnapshot>(&b).ok())
-        {
+        match crate::out::read_json::<MetricsSnapshot>(&invocation_path(out, run_id, n)).ok().flatten() {
             Some(m) => total.merge(&m),
             None => missing += 1,
         }
@@ -280,10 +277,10 @@ pub(crate) fn write_quick(out: &OutDir, run_id: &str, quick: &QuickLanding) -> R
 /// Reads a run's `quick.json`; `None` for a full run.
 pub fn read_quick(out: &OutDir, run_id: &str) -> Result<Option<QuickLanding>, ExtractError> {
     let path = out.raw_dir(run_id).join(QUICK_FILE);
-    match std::fs::read(&path) {
-        Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|_| ExtractError::NoSuchRun(run_id.to_owned())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_err("read", &path)(e).into()),
+    match crate::out::read_json(&path) {
+        Ok(quick) => Ok(quick),
+        Err(crate::out::ReadJsonError::Io(e)) => Err(io_err("read", &path)(e).into()),
+        Err(crate::out::ReadJsonError::Parse(_)) => Err(ExtractError::NoSuchRun(run_id.to_owned())),
     }
 }
 

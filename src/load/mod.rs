@@ -21,6 +21,7 @@
 //! replaces good tables.
 
 pub mod lake;
+mod readback;
 pub mod warehouse;
 
 use std::collections::BTreeMap;
@@ -330,13 +331,11 @@ pub fn extract_report(out: &OutDir, run_id: &str) -> Result<ExtractReport, LoadE
         return Err(ExtractError::NoSuchRun(run_id.to_owned()).into());
     }
     let path = out.report_path(run_id);
-    let problem = match std::fs::read(&path) {
-        Ok(bytes) => match serde_json::from_slice(&bytes) {
-            Ok(report) => return Ok(report),
-            Err(e) => format!("is not a readable run report ({e})"),
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "is missing".to_owned(),
-        Err(e) => format!("cannot be read ({e})"),
+    let problem = match crate::out::read_json(&path) {
+        Ok(Some(report)) => return Ok(report),
+        Ok(None) => "is missing".to_owned(),
+        Err(crate::out::ReadJsonError::Parse(e)) => format!("is not a readable run report ({e})"),
+        Err(e) => e.to_string(),
     };
     Err(LoadError::Report { run_id: run_id.to_owned(), path: path.display().to_string(), problem })
 }

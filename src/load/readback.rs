@@ -1,0 +1,317 @@
+//! Reading the warehouse back into typed values: the previous sync's lists for a quick sync,
+//! the content, the applications a quick run keeps, and the ledger's content cursor. Every value
+//! is read as the type the code needs; a value that does not fit stops the run, naming the
+//! table, the column and the value, instead of being read as a default.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use duckdb::types::{TimeUnit, Type, ValueRef};
+use duckdb::{Connection, OptionalExt};
+
+use super::LoadError;
+use crate::api::models::{Application, ApplicationStatus, ConnectedAccount, Provider, SignupSource};
+use crate::extract::{ContentRow, Metric, Observation, Snapshot};
+
+/// One row read back from a warehouse table. Each getter reads the column as the type the code
+/// needs and names the table, the column and the value when it cannot: a damaged warehouse
+/// stops the run instead of being read as defaults (an unreadable date is not 1970-01-01).
+struct Cells<'a, 'stmt> {
+    table: &'static str,
+    row: &'a duckdb::Row<'stmt>,
+}
+
+impl Cells<'_, '_> {
+    fn unreadable(&self, column: &str, problem: impl Into<String>) -> LoadError {
+        LoadError::Unreadable { table: self.table.to_owned(), column: column.to_owned(), problem: problem.into() }
+    }
+
+    /// A value duckdb converts itself: integers, text, and `Option`s of them for nullable columns.
+    fn get<T: duckdb::types::FromSql>(&self, column: &str) -> Result<T, LoadError> {
+        self.row.get(column).map_err(|e| match e {
+            duckdb::Error::InvalidColumnType(_, _, Type::Null) => self.unreadable(column, "is NULL"),
+            e => self.unreadable(column, format!("cannot be read: {e}")),
+        })
+    }
+
+    /// The column's value, `None` for NULL.
+    fn value(&self, column: &str) -> Result<Option<ValueRef<'_>>, LoadError> {
+        match self.row.get_ref(column) {
+            Ok(ValueRef::Null) => Ok(None),
+            Ok(v) => Ok(Some(v)),
+            Err(e) => Err(self.unreadable(column, format!("cannot be read: {e}"))),
+        }
+    }
+
+    /// A `DATE`, read as DuckDB's day number. DuckDB's `infinity` and dates beyond chrono's
+    /// range are errors here; duckdb's own chrono conversion would panic on them.
+    fn date(&self, column: &str) -> Result<NaiveDate, LoadError> {
+        match self.value(column)? {
+            None => Err(self.unreadable(column, "is NULL")),
+            Some(ValueRef::Date32(days)) => {
+                DateTime::from_timestamp(i64::from(days) * 86_400, 0).map(|t| t.date_naive()).ok_or_else(|| {
+                    self.unreadable(column, format!("holds {}, which is not a calendar date", day_text(days)))
+                })
+            }
+            Some(other) => Err(self.unreadable(column, format!("holds {}, not a DATE", describe(&other)))),
+        }
+    }
+
+    /// A `TIMESTAMPTZ` (or `TIMESTAMP`, taken as UTC), read as DuckDB's count of time units,
+    /// `None` for NULL. As for dates, `infinity` and instants beyond chrono's range are errors.
+    fn timestamp_opt(&self, column: &str) -> Result<Option<DateTime<Utc>>, LoadError> {
+        let Some(value) = self.value(column)? else { return Ok(None) };
+        let ValueRef::Timestamp(unit, t) = value else {
+            return Err(self.unreadable(column, format!("holds {}, not a TIMESTAMPTZ", describe(&value))));
+        };
+        let micros = match unit {
+            TimeUnit::Second => t.checked_mul(1_000_000),
+            TimeUnit::Millisecond => t.checked_mul(1_000),
+            TimeUnit::Microsecond => Some(t),
+            TimeUnit::Nanosecond => Some(t.div_euclid(1_000)),
+        };
+        micros.and_then(DateTime::from_timestamp_micros).map(Some).ok_or_else(|| {
+            self.unreadable(column, format!("holds {}, which is not a point in time", instant_text(unit, t)))
+        })
+    }
+
+    /// A `TIMESTAMPTZ` that must be present.
+    fn timestamp(&self, column: &str) -> Result<DateTime<Utc>, LoadError> {
+        self.timestamp_opt(column)?.ok_or_else(|| self.unreadable(column, "is NULL"))
+    }
+}
+
+/// A day number as DuckDB shows it when it is one of its infinities.
+fn day_text(days: i32) -> String {
+    match days {
+        i32::MAX => "`infinity`".to_owned(),
+        d if d == -i32::MAX => "`-infinity`".to_owned(),
+        d => format!("day {d} from 1970-01-01"),
+    }
+}
+
+/// A timestamp as DuckDB shows it when it is one of its infinities.
+fn instant_text(unit: TimeUnit, t: i64) -> String {
+    match t {
+        i64::MAX => "`infinity`".to_owned(),
+        t if t == -i64::MAX => "`-infinity`".to_owned(),
+        t => format!("{t} {}s from 1970-01-01", format!("{unit:?}").to_lowercase()),
+    }
+}
+
+/// A value of an unexpected type, for a message.
+fn describe(value: &ValueRef<'_>) -> String {
+    match value {
+        ValueRef::Text(bytes) => format!("the text `{}`", String::from_utf8_lossy(bytes)),
+        other => format!("a value of type {}", other.data_type()),
+    }
+}
+
+/// Runs `sql` with `params` and reads every row of it with `read`, naming `table` in every error.
+fn read_rows<T>(
+    conn: &Connection,
+    table: &'static str,
+    sql: &str,
+    params: impl duckdb::Params,
+    mut read: impl FnMut(&Cells<'_, '_>) -> Result<T, LoadError>,
+) -> Result<Vec<T>, LoadError> {
+    let failed = |e| LoadError::db(format!("read `{table}`"), e);
+    let mut stmt = conn.prepare(sql).map_err(failed)?;
+    let mut rows = stmt.query(params).map_err(failed)?;
+    let mut out = vec![];
+    while let Some(row) = rows.next().map_err(failed)? {
+        out.push(read(&Cells { table, row })?);
+    }
+    Ok(out)
+}
+
+/// A `content_daily.metric`: only the metrics creator-etl writes.
+fn metric(cells: &Cells<'_, '_>) -> Result<Metric, LoadError> {
+    let text: String = cells.get("metric")?;
+    [Metric::Views, Metric::Likes].into_iter().find(|m| m.as_str() == text).ok_or_else(|| {
+        cells.unreadable(
+            "metric",
+            format!("holds `{text}`, which is not one of {}, {}", Metric::Views.as_str(), Metric::Likes.as_str()),
+        )
+    })
+}
+
+/// The scope of a sync, as `runs.sync_scope` records it: a quick sync compares only with a
+/// warehouse whose last load had the same scope.
+pub fn sync_scope(statuses: &[String], campaign_id: Option<i64>) -> String {
+    format!("statuses={};campaign={}", statuses.join(","), campaign_id.map_or("all".to_owned(), |c| c.to_string()))
+}
+
+/// `WHERE` clause of the applications a sync of this scope covers; `None` for all of them.
+pub fn scope_filter(statuses: &[String], campaign_id: Option<i64>) -> Option<String> {
+    let mut parts = vec![];
+    if statuses.len() < ApplicationStatus::KNOWN.len() {
+        let list = statuses.iter().map(|s| format!("'{}'", s.replace('\'', "''"))).collect::<Vec<_>>().join(", ");
+        parts.push(format!("status IN ({list})"));
+    }
+    if let Some(c) = campaign_id {
+        parts.push(format!("campaign_id = {c}"));
+    }
+    (!parts.is_empty()).then(|| parts.join(" AND "))
+}
+
+/// The run the warehouse loaded last, with its `sync_scope` (an error on a warehouse older than
+/// schema version 4).
+fn last_run(conn: &Connection) -> duckdb::Result<Option<(String, Option<String>)>> {
+    conn.query_row("SELECT run_id, sync_scope FROM runs ORDER BY finished_at DESC LIMIT 1", [], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })
+    .optional()
+}
+
+/// The last day of content the warehouse has loaded: the latest `content.to` of the runs in its
+/// ledger (each run's report is kept in `runs.report_json`). Incremental content starts there
+/// minus the lookback, so a day extracted by a run whose load failed is fetched again by the
+/// next run instead of being skipped. `None` before the first load.
+pub fn content_cursor(conn: &Connection) -> Result<Option<NaiveDate>, LoadError> {
+    let has_runs: bool = conn
+        .query_row("SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = 'runs'", [], |r| r.get(0))
+        .map_err(|e| LoadError::db("read the schema", e))?;
+    if !has_runs {
+        return Ok(None);
+    }
+    let mut stmt = conn
+        .prepare("SELECT run_id, report_json FROM runs WHERE report_json IS NOT NULL")
+        .map_err(|e| LoadError::db("read `runs`", e))?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .map_err(|e| LoadError::db("read `runs`", e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| LoadError::db("read `runs`", e))?;
+    let mut last = None;
+    for (run_id, json) in rows {
+        let to = serde_json::from_str::<serde_json::Value>(&json)
+            .ok()
+            .and_then(|v| v["content"]["to"].as_str().map(str::to_owned))
+            .and_then(|d| NaiveDate::parse_from_str(&d, "%Y-%m-%d").ok())
+            .ok_or_else(|| LoadError::Unreadable {
+                table: "runs".into(),
+                column: "report_json".into(),
+                problem: format!("of run `{run_id}` has no readable `content.to`, where incremental content starts (a run with `--from DATE` does not read it)"),
+            })?;
+        last = last.max(Some(to));
+    }
+    Ok(last)
+}
+
+/// The run the warehouse loaded last.
+pub fn latest_run(conn: &Connection) -> Result<Option<String>, LoadError> {
+    Ok(last_run(conn).map_err(|e| LoadError::db("read `runs`", e))?.map(|(run_id, _)| run_id))
+}
+
+/// The previous sync's lists in the warehouse `conn`, for a quick sync of this scope: `None` when
+/// its last load was of another scope (or by a version before quick sync), or there was none.
+pub fn snapshot(
+    conn: &Connection,
+    statuses: &[String],
+    campaign_id: Option<i64>,
+) -> Result<Option<Snapshot>, LoadError> {
+    let scope = sync_scope(statuses, campaign_id);
+    // No `runs` table, or one without the quick-sync columns: no snapshot to trust.
+    let Ok(Some((base_run, Some(last_scope)))) = last_run(conn) else { return Ok(None) };
+    if last_scope != scope {
+        return Ok(None);
+    }
+    let last_reconcile = read_rows(
+        conn,
+        "runs",
+        "SELECT max(finished_at) AS finished_at FROM runs WHERE sync_mode = 'full' AND sync_scope = ?",
+        [&scope],
+        |c| c.timestamp_opt("finished_at"),
+    )?
+    .into_iter()
+    .next()
+    .flatten();
+    let filter = scope_filter(statuses, campaign_id).unwrap_or_else(|| "true".into());
+    // The status is the service's text, kept as the client received it (an unknown status
+    // included); the quick sync compares it with the service's lists as text.
+    let rows = read_rows(
+        conn,
+        "applications",
+        &format!("SELECT status, applied_at, id FROM applications WHERE {filter}"),
+        [],
+        |c| Ok((c.get::<String>("status")?, (c.timestamp("applied_at")?.timestamp_micros(), c.get::<i64>("id")?))),
+    )?;
+    Ok(Some(Snapshot::new(base_run, last_reconcile, rows)))
+}
+
+/// Content already in the warehouse.
+pub fn content(conn: &Connection) -> Result<Vec<ContentRow>, LoadError> {
+    read_rows(conn, "content_daily", "SELECT metric, date, last_date, current, last FROM content_daily", [], |c| {
+        Ok(ContentRow {
+            metric: metric(c)?,
+            date: c.date("date")?,
+            last_date: c.date("last_date")?,
+            current: c.get("current")?,
+            last: c.get("last")?,
+            total: 0,
+            last_total: 0,
+        })
+    })
+}
+
+/// Applications (with their accounts) already in the warehouse that match `keep`, as
+/// observations at their `last_seen_at`.
+///
+/// Status, signup source and provider are the service's text: the client keeps a value it does
+/// not know (a new status, a new provider) as `Other`, the load writes it as it came, and it
+/// reads back the same. A NULL where the model requires a value is an error.
+pub fn applications_where(conn: &Connection, keep: &str) -> Result<Vec<Observation>, LoadError> {
+    let sql = format!(
+        "SELECT id, status, campaign_id, campaign_name, user_id, creator_name, email, signup_source, \
+         applied_at, last_seen_at FROM applications WHERE {keep} ORDER BY id"
+    );
+    let mut apps = read_rows(conn, "applications", &sql, [], |c| {
+        Ok(Observation {
+            seq: 0,
+            first_pass: 1,
+            observed_at: c.timestamp("last_seen_at")?,
+            app: Application {
+                id: c.get("id")?,
+                status: ApplicationStatus::parse(&c.get::<String>("status")?),
+                campaign_id: c.get("campaign_id")?,
+                campaign_name: c.get("campaign_name")?,
+                user_id: c.get("user_id")?,
+                creator_name: c.get("creator_name")?,
+                email: c.get("email")?,
+                signup_source: SignupSource::parse(&c.get::<String>("signup_source")?),
+                connected_accounts: vec![],
+                applied_at: c.timestamp("applied_at")?,
+            },
+        })
+    })?;
+    if apps.is_empty() {
+        return Ok(apps);
+    }
+    let accounts = read_rows(
+        conn,
+        "connected_accounts",
+        &format!(
+            "SELECT application_id, account_id, provider, username, monthly_post_count FROM connected_accounts \
+             WHERE application_id IN (SELECT id FROM applications WHERE {keep}) ORDER BY application_id, account_id"
+        ),
+        [],
+        |c| {
+            Ok((
+                c.get::<i64>("application_id")?,
+                ConnectedAccount {
+                    id: c.get("account_id")?,
+                    provider: Provider::parse(&c.get::<String>("provider")?),
+                    username: c.get("username")?,
+                    monthly_post_count: c.get("monthly_post_count")?,
+                },
+            ))
+        },
+    )?;
+    let mut by_app: std::collections::HashMap<i64, Vec<ConnectedAccount>> = Default::default();
+    for (app_id, account) in accounts {
+        by_app.entry(app_id).or_default().push(account);
+    }
+    for o in &mut apps {
+        o.app.connected_accounts = by_app.remove(&o.app.id).unwrap_or_default();
+    }
+    Ok(apps)
+}
