@@ -38,10 +38,13 @@ fn write_csv(dir: &Path, name: &str, rows: &[String]) -> PathBuf {
 }
 
 fn actions(emu: &TestEmu, out: &Path, verb: &str, file: &Path, extra: &[&str], key: &str) -> std::process::Output {
-    let mut args =
-        vec!["actions", verb, file.to_str().unwrap(), "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    run_bin(out.parent().unwrap(), &args, &[("CREATOR_API_KEY", key)])
+    Bin::new(out.parent().unwrap())
+        .args(["actions", verb, file.to_str().unwrap()])
+        .emu(emu)
+        .out(out)
+        .args(extra)
+        .key(key)
+        .run()
 }
 
 /// `line → (outcome, http_status, message, result_commission)` from a results CSV.
@@ -60,10 +63,6 @@ fn results(path: &Path) -> HashMap<u64, (String, String, String, String)> {
             )
         })
         .collect()
-}
-
-fn report(o: &std::process::Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("report is JSON ({e}):\n{}", show(&[], o)))
 }
 
 fn writes_to(emu: &TestEmu, target: &str) -> Vec<creator_etl::emulator::WriteRecord> {
@@ -113,7 +112,7 @@ fn a_mixed_file_applies_each_approved_row_exactly_once() {
 
     let o = actions(&emu, &out, "apply", &file, &[], FULL_KEY);
     assert_exit(&[], &o, 3);
-    let rep = report(&o);
+    let rep: serde_json::Value = report(&o);
     let got = results(Path::new(rep["results_csv"].as_str().unwrap()));
     let outcome = |line: u64| got[&line].0.as_str();
     let expect = [
@@ -168,7 +167,7 @@ fn a_mixed_file_applies_each_approved_row_exactly_once() {
     assert!(!format!("{stderr}{}", String::from_utf8_lossy(&o.stdout)).contains(FULL_KEY), "no key in output");
 
     // The journal and the results are in the warehouse.
-    let c = duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap();
+    let c = db(&out);
     let n: i64 = c.query_row("SELECT count(*) FROM action_results", [], |r| r.get(0)).unwrap();
     assert_eq!(n, 11);
     let n: i64 = c
@@ -182,7 +181,7 @@ fn a_mixed_file_applies_each_approved_row_exactly_once() {
     let o = actions(&emu, &out, "apply", &file, &[], FULL_KEY);
     assert_exit(&[], &o, 3);
     assert_eq!(emu.state.requests().len(), before, "a row that failed for good is not sent again");
-    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
     for line in [2, 3, 8, 9, 11, 12] {
         assert_eq!(got[&line].0, "skipped_already_applied", "line {line}");
     }
@@ -222,7 +221,7 @@ fn a_mixed_file_applies_each_approved_row_exactly_once() {
     let o = actions(&emu, &out, "apply", &file2, &[], FULL_KEY);
     assert_exit(&[], &o, 0);
     assert_eq!(emu.state.requests().len() - before, 1, "only the new row is sent");
-    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
     assert_eq!(got[&3].0, "applied");
     // And once more: nothing at all.
     let before = emu.state.requests().len();
@@ -303,7 +302,7 @@ fn a_read_only_key_stops_at_the_first_403() {
     assert_eq!(emu.state.requests().len(), 1, "no request after the 403");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("403") && stderr.contains("read-only"), "{stderr}");
-    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
     assert_eq!((got[&2].0.as_str(), got[&2].1.as_str()), ("failed", "403"));
     assert_eq!(got[&3].0, "not_sent");
     assert_eq!(got[&4].0, "not_sent");
@@ -311,7 +310,7 @@ fn a_read_only_key_stops_at_the_first_403() {
     // With the full key and `--only mark_payout`, only the payout is sent.
     let o = actions(&emu, &out, "apply", &file, &["--only", "mark_payout"], FULL_KEY);
     assert_exit(&[], &o, 0);
-    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
     assert_eq!(got[&2].0, "skipped_not_selected");
     assert_eq!(got[&3].0, "applied");
 }
@@ -406,7 +405,7 @@ fn a_crash_around_a_payout_mark_is_resolved_on_rerun() {
         assert_eq!(marks.iter().filter(|w| w.outcome == "marked").count(), 1, "{point}: {marks:?}");
         let expected_sends = if point == "actions-after-intent" { 1 } else { 2 };
         assert_eq!(marks.len(), expected_sends, "{point}: {marks:?}");
-        let rep = report(&o);
+        let rep: serde_json::Value = report(&o);
         let got = results(Path::new(rep["results_csv"].as_str().unwrap()));
         // The re-send after our own lost attempt is answered "already paid": our attempt took effect.
         assert_eq!(got[&2].0, "applied", "{point}: {:?}", got[&2]);
@@ -417,8 +416,8 @@ fn a_crash_around_a_payout_mark_is_resolved_on_rerun() {
         let other = write_csv(dir.path(), "other.csv", &[format!("mark_payout,no,,{uuid},,,,,,,")]);
         let o = actions(&emu, &out, "apply", &other, &[], FULL_KEY);
         assert_exit(&[], &o, 0);
-        assert_eq!(report(&o)["unresolved_intents"], serde_json::json!([]), "{point}");
-        let c = duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap();
+        assert_eq!(report::<serde_json::Value>(&o)["unresolved_intents"], serde_json::json!([]), "{point}");
+        let c = db(&out);
         let open: i64 =
             c.query_row("SELECT count(*) FROM action_journal WHERE outcome = 'pending'", [], |r| r.get(0)).unwrap();
         assert_eq!(open, 0, "{point}: the intent was superseded");
@@ -524,7 +523,7 @@ fn writes_whose_answers_never_come_end_in_doubt_and_are_held() {
     );
     let o = actions(&emu, &out, "apply", &file, &["--max-attempts", "2"], FULL_KEY);
     assert_exit(&[], &o, 3);
-    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
     for line in [2, 3] {
         assert_eq!(got[&line].0, "in_doubt", "line {line}: {:?}", got[&line]);
         assert!(got[&line].2.contains("check") && got[&line].2.contains("--retry-failed"), "{:?}", got[&line]);
@@ -545,7 +544,7 @@ fn writes_whose_answers_never_come_end_in_doubt_and_are_held() {
     emu.state.set_fault_rate(0.0);
     let o = actions(&emu, &out, "apply", &file, &["--retry-failed"], FULL_KEY);
     assert_exit(&[], &o, 0);
-    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
     assert_eq!(got[&2].0, "applied");
     assert_eq!(got[&3].0, "applied", "the mark was already paid by our own lost attempt: {:?}", got[&3]);
     assert!(got[&3].2.contains("took effect"), "{:?}", got[&3]);
@@ -572,7 +571,7 @@ fn the_journal_is_scoped_to_the_service_and_key() {
     // Another organization's key on the first service is another scope too.
     let o = actions(&a, &out, "plan", &file, &[], OTHER_ORG_KEY);
     assert!(String::from_utf8_lossy(&o.stdout).contains("1 to send"), "{}", show(&[], &o));
-    let c = duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap();
+    let c = db(&out);
     let keys: Vec<String> = c
         .prepare("SELECT DISTINCT key_fingerprint FROM action_journal")
         .unwrap()
@@ -583,18 +582,7 @@ fn the_journal_is_scoped_to_the_service_and_key() {
     assert!(keys.iter().all(|k| k.starts_with("key-") && !k.contains(FULL_KEY)), "{keys:?}");
     drop(c);
     // No file under `--out` holds the key: journal, snapshots, pacing state, results.
-    fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() && !p.is_symlink() {
-                walk(&p, found);
-            } else if p.is_file() {
-                found.push(p);
-            }
-        }
-    }
-    let mut files = vec![];
-    walk(&out, &mut files);
+    let files = files(&out);
     assert!(files.iter().any(|f| f.file_name().unwrap().to_string_lossy().starts_with("pacing-")), "{files:?}");
     for f in files {
         let bytes = std::fs::read(&f).unwrap();
@@ -658,7 +646,7 @@ fn ctrl_c_interrupts_a_pacing_wait_during_apply() {
     let o = child.wait_with_output().unwrap();
     assert_exit(&["actions", "apply"], &o, 130);
     assert!(started.elapsed() < Duration::from_secs(60), "it did not sit out the hour");
-    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
     assert_eq!((got[&2].0.as_str(), got[&3].0.as_str()), ("applied", "not_sent"));
     assert!(writes_to(&emu, &s[1].to_string()).is_empty());
     let o = actions(&emu, &out, "plan", &file, &[], FULL_KEY);
@@ -728,7 +716,7 @@ fn an_interrupted_re_send_is_left_to_the_next_apply() {
     assert!(kill.success());
     let o = child.wait_with_output().unwrap();
     assert_exit(&["actions", "apply"], &o, 130);
-    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
     assert_eq!((got[&2].0.as_str(), got[&3].0.as_str()), ("applied", "not_sent"), "{got:?}");
     assert!(got[&3].2.contains("sends it again"), "{:?}", got[&3]);
     assert!(writes_to(&emu, &a).is_empty(), "nothing went out for A");
@@ -737,7 +725,7 @@ fn an_interrupted_re_send_is_left_to_the_next_apply() {
     assert!(plan.contains("send again (run") && plan.contains("1 to send"), "{}", show(&[], &o));
     let o = actions(&emu, &out, "apply", &both, &[], FULL_KEY);
     assert_exit(&[], &o, 0);
-    let got = results(Path::new(report(&o)["results_csv"].as_str().unwrap()));
+    let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
     assert_eq!((got[&2].0.as_str(), got[&3].0.as_str()), ("skipped_already_applied", "applied"), "{got:?}");
     assert_eq!(writes_to(&emu, &a).len(), 1);
     assert_eq!(writes_to(&emu, &b).len(), 1);

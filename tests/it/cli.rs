@@ -11,7 +11,7 @@ fn check_reports_the_pending_count() {
     let args = ["check", "--base-url", &emu.base_url];
     let out = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
     assert_exit(&args, &out, 0);
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report: serde_json::Value = report(&out);
     let pending = emu
         .state
         .applications(creator_etl::emulator::MAIN_ORG)

@@ -14,13 +14,7 @@ use crate::util::*;
 
 /// Runs `extract` with fast pacing against `emu`, writing to `out`.
 fn extract(emu: &TestEmu, out: &Path, extra: &[&str]) -> std::process::Output {
-    let mut args = vec!["extract", "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    run_bin(out.parent().unwrap(), &args, &[("CREATOR_API_KEY", FULL_KEY)])
-}
-
-fn report(out: &std::process::Output) -> ExtractReport {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report on stdout ({e}):\n{}", show(&[], out)))
+    Bin::new(out.parent().unwrap()).args(["extract"]).emu(emu).out(out).args(extra).key(FULL_KEY).run()
 }
 
 fn the_run(out: &Path) -> Extracted {
@@ -57,7 +51,7 @@ fn drift_and_faults_together_still_give_the_truth() {
     let out = dir.path().join("out");
     let o = extract(&emu, &out, &["--max-attempts", "10", "--from", "2025-12-20", "--to", "2026-01-10"]);
     assert_exit(&[], &o, 0);
-    let rep = report(&o);
+    let rep: ExtractReport = report(&o);
     assert_eq!(rep.status, "completed");
     assert!(rep.requests.retries > 0, "faults were met and retried");
 
@@ -125,7 +119,7 @@ fn content_windows_equal_the_truth_up_to_today() {
         assert!(got.content.iter().any(|r| r.date == d), "{day} is loaded");
     }
     let windows = (((today - from).num_days() + 1) as u64).div_ceil(45);
-    assert_eq!(report(&o).content.windows, windows);
+    assert_eq!(report::<ExtractReport>(&o).content.windows, windows);
     assert_eq!(emu.state.requests_to("GET /stats/content_24h_data"), windows, "one request per window");
 }
 
@@ -172,7 +166,7 @@ fn an_organization_without_content_statistics_completes_run() {
     for round in ["first", "second"] {
         let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", key.as_str())]);
         assert_exit(&args, &o, 0);
-        let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let rep: serde_json::Value = report(&o);
         let extract: ExtractReport = serde_json::from_value(rep["extract"].clone()).unwrap();
         assert_eq!(extract.status, "completed", "{round}");
         assert_eq!(extract.content.days, 0, "{round}");
@@ -183,7 +177,7 @@ fn an_organization_without_content_statistics_completes_run() {
         assert!(warning.is_some(), "{round}: {:?}", extract.warnings);
         assert!(String::from_utf8_lossy(&o.stderr).contains("no content statistics"), "{round}: logged");
 
-        let c = duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap();
+        let c = db(&out);
         let mut st = c.prepare("SELECT id, status FROM applications ORDER BY id").unwrap();
         let got: Vec<(i64, String)> =
             st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect();
@@ -231,7 +225,7 @@ fn a_killed_run_resumes_without_refetching() {
 
         let o = run_bin(dir.path(), &[&["extract"][..], &common].concat(), &[("CREATOR_API_KEY", FULL_KEY)]);
         assert_exit(&[], &o, 0);
-        let rep = report(&o);
+        let rep: ExtractReport = report(&o);
         let got = the_run(&out);
         assert!(got.complete);
         let mut apps: Vec<_> = got.applications.iter().map(|o| o.app.clone()).collect();
@@ -292,7 +286,7 @@ fn matching_spacing_gives_no_429_and_a_small_cap_waits_then_completes() {
     );
     assert_exit(&[], &o, 0);
     assert!(emu.state.violations().is_empty(), "{:?}", emu.state.violations());
-    assert_eq!(report(&o).requests.rate_limited, 0);
+    assert_eq!(report::<ExtractReport>(&o).requests.rate_limited, 0);
 
     let mut cfg = EmulatorConfig::for_tests(300);
     cfg.rate.hourly_cap = Some(5);
@@ -302,7 +296,7 @@ fn matching_spacing_gives_no_429_and_a_small_cap_waits_then_completes() {
     let out = dir.path().join("out");
     let o = extract(&emu, &out, &["--since-days", "200", "--max-attempts", "10"]);
     assert_exit(&[], &o, 0);
-    let rep = report(&o);
+    let rep: ExtractReport = report(&o);
     assert_eq!(rep.status, "completed");
     assert!(rep.requests.rate_limited > 0, "the cap was hit and waited out");
     assert_eq!(rep.applications_total as usize, emu.state.applications(MAIN_ORG).len());
@@ -315,14 +309,14 @@ fn plan_only_costs_one_request_per_status_and_the_next_run_reuses_it() {
     let out = dir.path().join("out");
     let o = extract(&emu, &out, &["--plan-only"]);
     assert_exit(&[], &o, 0);
-    assert_eq!(report(&o).status, "planned");
+    assert_eq!(report::<ExtractReport>(&o).status, "planned");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("requests to go") && stderr.contains("estimated duration"), "{stderr}");
     assert_eq!(emu.state.requests_to("GET /campaign_applications"), 6);
     assert_eq!(emu.state.requests_to("GET /stats/content_24h_data"), 0);
     let o = extract(&emu, &out, &[]);
     assert_exit(&[], &o, 0);
-    let rep = report(&o);
+    let rep: ExtractReport = report(&o);
     assert!(rep.resumed);
     let pages: u64 = rep.applications.values().map(|s| s.pages_fetched).sum();
     assert_eq!(emu.state.requests_to("GET /campaign_applications"), pages, "page 1s were not asked again");
@@ -375,7 +369,7 @@ fn raw_landing_keeps_bodies_and_never_the_key() {
     let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", KEY), ("RUST_LOG", "trace")]);
     assert_exit(&args, &o, 0);
     let mut all = String::from_utf8_lossy(&o.stderr).into_owned();
-    for entry in walk(&out) {
+    for entry in files(&out) {
         let bytes = std::fs::read(&entry).unwrap();
         if entry.extension().is_some_and(|e| e == "gz") {
             use std::io::Read;
@@ -388,19 +382,6 @@ fn raw_landing_keeps_bodies_and_never_the_key() {
         }
     }
     assert!(!all.contains("sekrit"), "the key is in no output file or log");
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = vec![];
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// An hourly cap that would take longer than the deadline to reset fails the run with what was
@@ -424,7 +405,7 @@ fn an_exhausted_cap_stops_the_run_and_the_next_run_resumes() {
     std::thread::sleep(Duration::from_millis(3200));
     let o = extract(&emu, &out, &["--since-days", "10", "--max-attempts", "10"]);
     assert_exit(&[], &o, 0);
-    let rep = report(&o);
+    let rep: ExtractReport = report(&o);
     assert!(rep.resumed);
     let pages: u64 = rep.applications.values().map(|s| s.pages_fetched).sum();
     let accepted =
@@ -446,15 +427,15 @@ fn the_default_range_is_incremental_and_keep_raw_prunes() {
     };
     let o = extract(&emu, &out, &["--since-days", "30", "--statuses", "pending"]);
     assert_exit(&[], &o, 0);
-    assert_eq!(report(&o).content.from, Some(today - Days::days(30)));
+    assert_eq!(report::<ExtractReport>(&o).content.from, Some(today - Days::days(30)));
     let o = extract(&emu, &out, &["--since-days", "30", "--statuses", "pending"]);
     assert_exit(&[], &o, 0);
-    assert_eq!(report(&o).content.from, Some(today - Days::days(30)), "nothing was loaded yet");
+    assert_eq!(report::<ExtractReport>(&o).content.from, Some(today - Days::days(30)), "nothing was loaded yet");
     load();
     for _ in 0..2 {
         let o = extract(&emu, &out, &["--statuses", "pending", "--lookback-days", "3", "--keep-raw", "2"]);
         assert_exit(&[], &o, 0);
-        let rep = report(&o);
+        let rep: ExtractReport = report(&o);
         assert_eq!((rep.content.from, rep.content.to), (Some(today - Days::days(3)), Some(today)));
         load();
     }

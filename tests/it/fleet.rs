@@ -9,7 +9,7 @@ use std::time::Duration;
 use creator_etl::emulator::{numbered_org, org_key, EmulatorConfig, Fault, OrgPolicy, RatePolicy};
 use serde_json::Value;
 
-use crate::util::{assert_exit, run_bin, show, TestEmu};
+use crate::util::{assert_exit, db, report, run_bin, show, Bin, TestEmu};
 
 /// An emulator of `n` numbered organizations of `apps` applications each.
 fn fleet_emulator(n: u32, apps: usize, policies: &[(u32, OrgPolicy)]) -> TestEmu {
@@ -37,15 +37,7 @@ fn key_env(n: u32) -> Vec<(String, String)> {
 }
 
 fn fleet(dir: &Path, emu: &TestEmu, args: &[&str], keys: &[(String, String)]) -> std::process::Output {
-    let out = dir.join("out");
-    let mut all = vec!["--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "fleet"];
-    all.extend_from_slice(args);
-    let envs: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    run_bin(dir, &all, &envs)
-}
-
-fn report(o: &std::process::Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+    Bin::new(dir).emu(emu).out(&dir.join("out")).args(["fleet"]).args(args).envs(keys.iter().cloned()).run()
 }
 
 fn by_name(rep: &Value) -> BTreeMap<String, Value> {
@@ -55,7 +47,7 @@ fn by_name(rep: &Value) -> BTreeMap<String, Value> {
 
 /// Applications in an organization's warehouse.
 fn warehouse_ids(dir: &Path, name: &str) -> BTreeSet<i64> {
-    let c = duckdb::Connection::open(dir.join("out/orgs").join(name).join("warehouse.duckdb")).unwrap();
+    let c = db(&dir.join("out/orgs").join(name));
     let mut st = c.prepare("SELECT id FROM applications").unwrap();
     st.query_map([], |r| r.get::<_, i64>(0)).unwrap().map(Result::unwrap).collect()
 }
@@ -107,7 +99,7 @@ fn a_mixed_fleet_isolates_every_fault() {
     let keys = key_env(6);
     let o = fleet(dir.path(), &emu, &[&args[..], &["--max-loads", "1", "--max-attempts", "2"]].concat(), &keys);
     assert_exit(&args, &o, 6);
-    let rep = report(&o);
+    let rep: Value = report(&o);
     let orgs = by_name(&rep);
     let outcome = |n: &str| orgs[n]["outcome"].as_str().unwrap().to_owned();
     assert_eq!(outcome("alpha"), "completed", "{}", show(&args, &o));
@@ -451,7 +443,7 @@ fn a_fleet_syncs_quickly_per_organization() {
         let apps = orgs[name]["applications"].as_u64().unwrap() as usize;
         assert_eq!(apps, truth_ids(&emu, k).len(), "{name}: every application, the kept ones too");
     }
-    let c = duckdb::Connection::open(dir.path().join("out/orgs/one/warehouse.duckdb")).unwrap();
+    let c = db(&dir.path().join("out/orgs/one"));
     let status: String = c.query_row("SELECT status FROM applications WHERE id = ?", [moved], |r| r.get(0)).unwrap();
     assert_eq!(status, "rejected");
     assert_eq!(warehouse_ids(dir.path(), "one"), truth_ids(&emu, 1));
@@ -486,12 +478,12 @@ fn a_fleet_completes_an_organization_without_content_statistics() {
     let warnings = run["warnings"].to_string();
     assert!(warnings.contains("no content statistics"), "{warnings}");
     assert_eq!(run["content"]["days"], 0);
-    let c = duckdb::Connection::open(dir.path().join("out/orgs/new/warehouse.duckdb")).unwrap();
+    let c = db(&dir.path().join("out/orgs/new"));
     let ledger: String = c.query_row("SELECT warnings_json FROM runs", [], |r| r.get(0)).unwrap();
     assert!(ledger.contains("no content statistics"), "{ledger}");
     let days: i64 = c.query_row("SELECT count(*) FROM content_daily", [], |r| r.get(0)).unwrap();
     assert_eq!(days, 0);
-    let c = duckdb::Connection::open(dir.path().join("out/orgs/old/warehouse.duckdb")).unwrap();
+    let c = db(&dir.path().join("out/orgs/old"));
     let days: i64 = c.query_row("SELECT count(*) FROM content_daily", [], |r| r.get(0)).unwrap();
     assert!(days > 0, "the established organization has its content");
 }
@@ -526,7 +518,7 @@ fn a_quick_sync_stopped_by_its_budget_resumes_on_the_same_snapshot() {
     assert_exit(&args, &resumed, 0);
     let org = &by_name(&report(&resumed))["one"];
     assert_eq!((org["outcome"].as_str(), org["sync"].as_str()), (Some("completed"), Some("quick")), "{org}");
-    let c = duckdb::Connection::open(dir.path().join("out/orgs/one/warehouse.duckdb")).unwrap();
+    let c = db(&dir.path().join("out/orgs/one"));
     let mut st = c.prepare("SELECT id, status FROM applications").unwrap();
     let got: BTreeMap<i64, String> =
         st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect();
@@ -634,7 +626,7 @@ fn held_or_stopped_corrections_leave_the_sync_completed() {
         (Some(1), Some(1))
     );
     assert!(orgs["plain"]["actions"].is_null());
-    let rep = report(&o);
+    let rep: Value = report(&o);
     assert_eq!(rep["outcomes"]["completed"], 3);
     assert_eq!(
         (rep["actions_outcomes"]["held"].as_u64(), rep["actions_outcomes"]["incomplete"].as_u64()),

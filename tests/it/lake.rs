@@ -60,18 +60,22 @@ fn spawn_load(out: &Path, lake: &str, org: &str, envs: &[(String, String)]) -> C
 
 /// Rows per table in an organization's own DuckDB warehouse: what the lake must hold for it.
 fn warehouse_rows(out: &Path) -> std::collections::BTreeMap<String, i64> {
-    let c = duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap();
+    let c = db(out);
     creator_etl::load::lake::tables()
         .into_iter()
-        .map(|t| (t.to_owned(), c.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0)).unwrap()))
+        .map(|t| (t.to_owned(), count(&c, &format!("SELECT count(*) FROM {t}"))))
         .collect()
 }
 
 /// Extracts one organization's data into its own `--out` (no lake yet).
 fn extract(emu: &TestEmu, out: &Path) {
-    let args = ["run", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "--since-days", "20"];
-    let o = run_bin(out.parent().unwrap(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
-    assert_exit(&args, &o, 0);
+    Bin::new(out.parent().unwrap())
+        .args(["run"])
+        .emu(emu)
+        .out(out)
+        .args(["--since-days", "20"])
+        .key(FULL_KEY)
+        .expect(0);
 }
 
 /// Four processes, each loading another organization into the same lake at the same time: every
@@ -89,7 +93,7 @@ fn four_organizations_at_once(lake: &str, envs: &[(String, String)]) {
     for c in children {
         let o = c.wait_with_output().unwrap();
         assert_exit(&["load", "--lake"], &o, 0);
-        let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let report: serde_json::Value = report(&o);
         assert!(report["lake"]["versions"]["runs"].is_u64(), "{report}");
     }
     let want = warehouse_rows(&outs[0]);

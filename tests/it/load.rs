@@ -11,19 +11,14 @@ use creator_etl::load::warehouse::exported_tables;
 use crate::util::*;
 
 fn run(emu: &TestEmu, out: &Path, extra: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
-    let mut args = vec!["run", "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    let mut all_envs = vec![("CREATOR_API_KEY", FULL_KEY)];
-    all_envs.extend_from_slice(envs);
-    run_bin(out.parent().unwrap(), &args, &all_envs)
-}
-
-fn db(out: &Path) -> duckdb::Connection {
-    duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap()
-}
-
-fn count(c: &duckdb::Connection, sql: &str) -> i64 {
-    c.query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    Bin::new(out.parent().unwrap())
+        .args(["run"])
+        .emu(emu)
+        .out(out)
+        .args(extra)
+        .key(FULL_KEY)
+        .envs(envs.iter().copied())
+        .run()
 }
 
 fn parquet_glob(out: &Path, table: &str) -> String {
@@ -66,18 +61,9 @@ fn arrow_schema_and_rows(path: &Path) -> (arrow::datatypes::SchemaRef, usize) {
     (schema, rows)
 }
 
-fn files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = vec![];
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(files(&p));
-        } else if p.extension().is_some_and(|x| x == "parquet") {
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
+/// The Parquet files under `dir`, sorted.
+fn parquet_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    files(dir).into_iter().filter(|p| p.extension().is_some_and(|x| x == "parquet")).collect()
 }
 
 #[test]
@@ -87,7 +73,7 @@ fn a_run_loads_duckdb_and_parquet_with_the_same_rows_and_exact_types() {
     let out = dir.path().join("out");
     let o = run(&emu, &out, &["--since-days", "400"], &[]);
     assert_exit(&[], &o, 0);
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let report: serde_json::Value = report(&o);
     assert_eq!(report["extract"]["status"], "completed");
     let c = db(&out);
     let truth = emu.state.applications(MAIN_ORG);
@@ -108,7 +94,7 @@ fn a_run_loads_duckdb_and_parquet_with_the_same_rows_and_exact_types() {
     assert_parquet_matches_duckdb(&out);
 
     // Independent read-back with the arrow/parquet crates, and exact types.
-    let apps = files(&out.join("parquet/applications"));
+    let apps = parquet_files(&out.join("parquet/applications"));
     let (schema, rows) = arrow_schema_and_rows(&apps[0]);
     assert_eq!(rows, truth.len());
     assert_eq!(schema.field_with_name("id").unwrap().data_type(), &DataType::Int64);
@@ -119,12 +105,12 @@ fn a_run_loads_duckdb_and_parquet_with_the_same_rows_and_exact_types() {
         "timestamps are UTC: {applied_at:?}"
     );
 
-    let content = files(&out.join("parquet/content_daily"));
+    let content = parquet_files(&out.join("parquet/content_daily"));
     assert!(content.len() >= 2, "partitioned by year: {content:?}");
     assert!(content.iter().all(|p| p.to_string_lossy().contains("year=")));
     let (schema, _) = arrow_schema_and_rows(&content[0]);
     assert_eq!(schema.field_with_name("date").unwrap().data_type(), &DataType::Date32);
-    let wow = files(&out.join("parquet/wow_deltas"));
+    let wow = parquet_files(&out.join("parquet/wow_deltas"));
     let (schema, _) = arrow_schema_and_rows(&wow[0]);
     assert_eq!(schema.field_with_name("pct_change").unwrap().data_type(), &DataType::Float64);
     // zstd with statistics.
@@ -157,7 +143,7 @@ fn history_keeps_every_status_across_three_runs_and_reloading_changes_nothing() 
     emu.state.set_application_status(pending[1], ApplicationStatus::Rejected);
     let o = run(&emu, &out, &[], &[]);
     assert_exit(&[], &o, 0);
-    let changed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let changed: serde_json::Value = report(&o);
     assert_eq!(changed["load"]["quality"]["status_changes"], 2);
     emu.state.set_application_status(pending[0], ApplicationStatus::PendingContract);
     let o = run(&emu, &out, &[], &[]);
@@ -216,7 +202,7 @@ fn load_from_raw_rebuilds_a_given_run_without_the_api() {
         args.extend_from_slice(extra);
         let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
         assert_exit(&args, &o, 0);
-        let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let report: serde_json::Value = report(&o);
         report["run_id"].as_str().unwrap().to_owned()
     };
     let first = extract(&["--since-days", "30"]);
@@ -448,7 +434,7 @@ fn replaced_parquet_versions_stay_for_the_grace_period() {
     assert_exit(&[], &run(&emu, &out, &["--since-days", "5"], &[]), 0);
     let link = out.join("parquet/applications");
     let first = out.join("parquet").join(std::fs::read_link(&link).unwrap());
-    let listed = files(&first);
+    let listed = parquet_files(&first);
     assert!(!listed.is_empty());
     assert_exit(&[], &run(&emu, &out, &[], &[]), 0);
     assert_ne!(out.join("parquet").join(std::fs::read_link(&link).unwrap()), first, "a new version is current");

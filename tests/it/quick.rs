@@ -14,15 +14,7 @@ use serde_json::Value;
 use crate::util::*;
 
 fn sync(emu: &TestEmu, out: &Path, extra: &[&str]) -> Value {
-    let mut args = vec!["run", "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    let o = run_bin(out.parent().unwrap(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
-    assert_exit(&args, &o, 0);
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
-fn db(out: &Path) -> duckdb::Connection {
-    duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap()
+    report(&Bin::new(out.parent().unwrap()).args(["run"]).emu(emu).out(out).args(extra).key(FULL_KEY).expect(0))
 }
 
 /// id → (status, total monthly posts), as the warehouse has them.
@@ -253,7 +245,7 @@ fn a_quick_run_loads_only_on_the_state_it_was_located_against() {
     let args = ["extract", "--sync", "quick", "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
     let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
     assert_exit(&args, &o, 0);
-    let quick: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let quick: Value = report(&o);
     assert_eq!(quick["sync"]["mode"], "quick");
     sync(&emu, &out, &["--sync", "full"]);
     let run_id = quick["run_id"].as_str().unwrap();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use creator_etl::api::models::{ApplicationStatus, SaleStatus};
 use creator_etl::emulator::{org_key, EmulatorConfig, PayoutKind, MAIN_ORG};
 
-use crate::util::{assert_exit, run_bin, show, TestEmu, FULL_KEY};
+use crate::util::{assert_exit, count, db, report, run_bin, show, Bin, TestEmu, FULL_KEY};
 
 const HEADER: &str =
     "action,approved,sale_id,creator_payout_uuid,total,commission,customer_email,status,reviewer,note,row_id";
@@ -68,8 +68,7 @@ fn fleet_run(emu: &TestEmu, dir: &Path, out: &Path, lake: &str, actions: &Path) 
         "--lake",
         lake,
     ];
-    let second = org_key(1);
-    run_bin(dir, &args, &[("KEY_MAIN", FULL_KEY), ("KEY_SECOND", &second)])
+    Bin::new(dir).args(args).env("KEY_MAIN", FULL_KEY).env("KEY_SECOND", &org_key(1)).run()
 }
 
 /// `run` of the main organization into `dir/out` with the reviewed file, optionally crashing at
@@ -111,9 +110,7 @@ fn run_main_with(
         "--actions",
         file.to_str().unwrap(),
     ];
-    let mut envs = vec![("CREATOR_API_KEY", FULL_KEY)];
-    envs.extend_from_slice(more);
-    (run_bin(dir, &args, &envs), args.map(str::to_owned))
+    (Bin::new(dir).args(args).key(FULL_KEY).envs(more.iter().copied()).run(), args.map(str::to_owned))
 }
 
 /// Writes the emulator received per target.
@@ -213,7 +210,7 @@ fn a_run_killed_on_a_lost_out_is_followed_by_no_second_send() {
     for target in &approved {
         assert_eq!(writes(&emu, target), 1, "{target}: the restored journal says it was applied\n{}", show(&[], &o));
     }
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let report: serde_json::Value = report(&o);
     assert!(report["restored"]["rows"]["action_journal"].as_u64().unwrap() >= 4, "{}", report["restored"]);
 
     // A new file of rows never sent; killed right after the first row's intent, before it went
@@ -296,7 +293,7 @@ fn an_out_that_fell_behind_takes_the_lakes_state_first() {
     let third = run_main(&emu, dir.path(), &lake, "out-a", &file, None);
     assert_eq!(third.0.status.code(), Some(0), "{}", show_run(&third));
     assert_eq!(writes(&emu, &sale.to_string()), 1, "{}", show_run(&third));
-    let report: serde_json::Value = serde_json::from_slice(&third.0.stdout).unwrap();
+    let report: serde_json::Value = report(&third.0);
     let why = report["restored"]["why"].as_str().unwrap_or_default();
     assert!(why.contains("does not know"), "{}", report["restored"]);
     for target in &approved {
@@ -351,7 +348,7 @@ fn a_lake_written_at_an_older_schema_restores() {
     let (file, approved, _) = reviewed(&emu, dir.path());
     let (o, args) = run_main(&emu, dir.path(), &lake, "out-new", &file, None);
     assert_exit(&args.each_ref().map(String::as_str), &o, 0);
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let report: serde_json::Value = report(&o);
     assert_eq!(report["restored"]["rows"]["runs"], 1, "{}", report["restored"]);
     assert!(report["restored"]["rows"]["applications"].as_u64().unwrap() > 0);
     assert_eq!(
@@ -384,7 +381,7 @@ fn a_fresh_out_restores_from_an_s3_lake() {
     assert_exit(&args.each_ref().map(String::as_str), &o, 0);
     let (o, args) = run_main_with(&emu, dir.path(), lake, "out-2", &file, &envs);
     assert_exit(&args.each_ref().map(String::as_str), &o, 0);
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let report: serde_json::Value = report(&o);
     assert_eq!(report["restored"]["rows"]["runs"], 1, "{}", report["restored"]);
     assert_eq!(report["extract"]["sync"]["mode"], "quick", "{}", report["extract"]["sync"]);
     for target in &approved {
@@ -395,17 +392,7 @@ fn a_fresh_out_restores_from_an_s3_lake() {
 /// The `run` of the main organization, without actions, into `dir/OUT`, with `more` arguments
 /// (a lake, say).
 fn run_plain(emu: &TestEmu, dir: &Path, out: &str, more: &[&str]) -> std::process::Output {
-    let out = dir.join(out);
-    let mut args = vec!["--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "run", "--since-days", "30"];
-    args.extend_from_slice(more);
-    let o = run_bin(dir, &args, &[("CREATOR_API_KEY", FULL_KEY)]);
-    assert_exit(&args, &o, 0);
-    o
-}
-
-fn warehouse_count(out: &Path, sql: &str) -> i64 {
-    let c = duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap();
-    c.query_row(sql, [], |r| r.get(0)).unwrap()
+    Bin::new(dir).emu(emu).out(&dir.join(out)).args(["run", "--since-days", "30"]).args(more).key(FULL_KEY).expect(0)
 }
 
 /// When only the lake's action journal lists a run that `--out` does not know (another `--out`
@@ -422,8 +409,8 @@ fn a_journal_only_difference_merges_the_journal_and_keeps_the_warehouse() {
     let moved = accept_one_pending(&emu);
     run_plain(&emu, dir.path(), "own", &[]);
     let own = dir.path().join("own");
-    let history = warehouse_count(&own, "SELECT count(*) FROM application_status_history");
-    assert_eq!(warehouse_count(&own, "SELECT count(*) FROM runs"), 2);
+    let history = count(&db(&own), "SELECT count(*) FROM application_status_history");
+    assert_eq!(count(&db(&own), "SELECT count(*) FROM runs"), 2);
 
     // Another `--out` sends the actions and dies after the lake's first commit: the lake's
     // journal holds its run, and no data or `runs` row of the organization.
@@ -431,20 +418,20 @@ fn a_journal_only_difference_merges_the_journal_and_keeps_the_warehouse() {
     assert!(!o.status.success(), "{}", show(&args.each_ref().map(String::as_str), &o));
 
     let o = run_plain(&emu, dir.path(), "own", &["--lake", &lake, "--org", "main"]);
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let report: serde_json::Value = report(&o);
     let why = report["restored"]["why"].as_str().unwrap_or_default();
     assert!(why.contains("action journal"), "{}", report["restored"]);
-    assert_eq!(warehouse_count(&own, "SELECT count(*) FROM runs"), 3, "the ledger continues\n{}", show(&[], &o));
-    assert!(warehouse_count(&own, "SELECT count(*) FROM application_status_history") >= history, "the history is kept");
+    assert_eq!(count(&db(&own), "SELECT count(*) FROM runs"), 3, "the ledger continues\n{}", show(&[], &o));
+    assert!(count(&db(&own), "SELECT count(*) FROM application_status_history") >= history, "the history is kept");
     assert_eq!(
-        warehouse_count(
-            &own,
+        count(
+            &db(&own),
             &format!("SELECT count(*) FROM application_status_history WHERE id = {moved} AND valid_to IS NOT NULL")
         ),
         1,
         "the closed status of the moved application is still there"
     );
-    let sent = warehouse_count(&own, "SELECT count(DISTINCT run_id) FROM action_journal");
+    let sent = count(&db(&own), "SELECT count(DISTINCT run_id) FROM action_journal");
     assert_eq!(sent, 1, "the other `--out`'s journal is merged");
     for target in &approved {
         assert_eq!(writes(&emu, target), 1, "{target}");

@@ -1,12 +1,14 @@
-//! Helpers: an emulator on its own runtime, clients, raw HTTP, and the real binary.
+//! Helpers: an emulator on its own runtime, clients, raw HTTP, the real binary, and reading back
+//! what it wrote (its report, the warehouse, the files under `--out`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
 use creator_etl::api::{ApiKey, Client, ClientConfig, PacingConfig, RetryPolicy};
 use creator_etl::emulator::{Emulator, EmulatorConfig, EmulatorState};
+use serde::de::DeserializeOwned;
 
 pub const FULL_KEY: &str = "emu-full-key";
 pub const READ_ONLY_KEY: &str = "emu-read-only-key";
@@ -82,18 +84,120 @@ pub async fn raw(method: &str, url: &str, key: Option<&str>, body: Option<&str>)
     (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
 }
 
-/// Runs the real binary in `dir` with a clean API environment plus `envs`.
+/// The real binary, run in a directory with the arguments in the order given. Its environment
+/// is clean of what a developer's shell may hold (API key, base URL, `--out`, lake, log level),
+/// with pacing off (`CREATOR_MIN_INTERVAL_MS=0`, `CREATOR_HOURLY_CAP=0`); `key` and `env` add
+/// variables on top.
+///
+/// `Bin::new(dir).args(["extract"]).emu(&emu).out(&out).key(FULL_KEY).expect(0)`
+pub struct Bin {
+    dir: PathBuf,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+}
+
+impl Bin {
+    pub fn new(dir: &Path) -> Bin {
+        Bin { dir: dir.to_owned(), args: vec![], envs: vec![] }
+    }
+
+    /// Appends arguments.
+    pub fn args<S: AsRef<str>>(mut self, args: impl IntoIterator<Item = S>) -> Bin {
+        self.args.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// Appends `--base-url` of the emulator.
+    pub fn emu(self, emu: &TestEmu) -> Bin {
+        let url = emu.base_url.clone();
+        self.args(["--base-url", &url])
+    }
+
+    /// Appends `--out DIR`.
+    pub fn out(self, out: &Path) -> Bin {
+        self.args(["--out", out.to_str().unwrap()])
+    }
+
+    /// Sets `CREATOR_API_KEY`.
+    pub fn key(self, key: &str) -> Bin {
+        self.env("CREATOR_API_KEY", key)
+    }
+
+    /// Sets an environment variable.
+    pub fn env(mut self, k: &str, v: &str) -> Bin {
+        self.envs.push((k.to_owned(), v.to_owned()));
+        self
+    }
+
+    /// Sets environment variables.
+    pub fn envs<K: AsRef<str>, V: AsRef<str>>(self, envs: impl IntoIterator<Item = (K, V)>) -> Bin {
+        envs.into_iter().fold(self, |b, (k, v)| b.env(k.as_ref(), v.as_ref()))
+    }
+
+    /// The arguments, as `show` and `assert_exit` take them.
+    pub fn argv(&self) -> Vec<&str> {
+        self.args.iter().map(String::as_str).collect()
+    }
+
+    /// Runs the binary to its end.
+    pub fn run(&self) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_creator-etl"));
+        cmd.current_dir(&self.dir).args(&self.args);
+        for var in ["CREATOR_API_KEY", "CREATOR_API_BASE_URL", "CREATOR_ETL_OUT", "CREATOR_ETL_LAKE", "RUST_LOG"] {
+            cmd.env_remove(var);
+        }
+        cmd.env("CREATOR_MIN_INTERVAL_MS", "0").env("CREATOR_HOURLY_CAP", "0");
+        cmd.envs(self.envs.iter().map(|(k, v)| (k, v)));
+        cmd.output().unwrap()
+    }
+
+    /// Runs the binary and asserts its exit code, printing everything on failure.
+    #[track_caller]
+    pub fn expect(&self, code: i32) -> Output {
+        let o = self.run();
+        assert_exit(&self.argv(), &o, code);
+        o
+    }
+}
+
+/// Runs the real binary in `dir` with a clean API environment plus `envs` (see [`Bin`]).
 pub fn run_bin(dir: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_creator-etl"));
-    cmd.current_dir(dir).args(args);
-    for var in ["CREATOR_API_KEY", "CREATOR_API_BASE_URL", "CREATOR_ETL_OUT", "CREATOR_ETL_LAKE", "RUST_LOG"] {
-        cmd.env_remove(var);
+    Bin::new(dir).args(args).envs(envs.iter().copied()).run()
+}
+
+/// The JSON report a command printed on stdout; panics with the whole output when it is not.
+#[track_caller]
+pub fn report<T: DeserializeOwned>(o: &Output) -> T {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("report on stdout ({e}):\n{}", show(&[], o)))
+}
+
+/// The DuckDB warehouse of an `--out` directory.
+pub fn db(out: &Path) -> duckdb::Connection {
+    duckdb::Connection::open(out.join("warehouse.duckdb")).unwrap_or_else(|e| panic!("{}: {e}", out.display()))
+}
+
+/// The one integer a query answers (a count, say).
+#[track_caller]
+pub fn count(c: &duckdb::Connection, sql: &str) -> i64 {
+    c.query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Every file under `dir`, sorted, not following symbolic links to directories.
+pub fn files(dir: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.is_symlink() {
+                walk(&p, found);
+            } else if p.is_file() {
+                found.push(p);
+            }
+        }
     }
-    cmd.env("CREATOR_MIN_INTERVAL_MS", "0").env("CREATOR_HOURLY_CAP", "0");
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
+    let mut found = vec![];
+    walk(dir, &mut found);
+    found.sort();
+    found
 }
 
 /// Starts the real binary in the background with the full key, no pacing and its output
