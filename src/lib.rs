@@ -7,7 +7,7 @@
 //! 1. [`api`] (client and models) and the shared utilities: [`out`], [`progress`], [`exit`],
 //!    [`stop`];
 //! 2. the stages: [`extract`] → [`transform`] → [`load`], and [`action`]; the [`emulator`] uses
-//!    only the API's models;
+//!    only [`api`] (its models and the service's documented limits);
 //! 3. [`query`];
 //! 4. [`sync`]: one organization's sync, and the crate's [`Error`];
 //! 5. [`fleet`] and [`demo`], which call [`sync`];

@@ -158,15 +158,19 @@ impl Journal {
     /// Fails on an outcome this version does not know (a damaged or hand-edited journal, a row
     /// restored from a newer version's lake): read as "never sent", such a row could be sent
     /// twice, so the journal's column is named and nothing is sent.
-    fn check_outcomes(&self) -> Result<(), ActionError> {
+    /// Only the rows of `scope` count: another service's or key's rows never block this one.
+    fn check_outcomes(&self, scope: &Scope) -> Result<(), ActionError> {
         let known = JOURNAL_OUTCOMES.iter().map(|o| format!("'{o}'")).collect::<Vec<_>>().join(", ");
+        let in_scope = if self.scoped { IN_SCOPE } else { "true" };
+        let args: Vec<Option<String>> =
+            if self.scoped { vec![Some(scope.service.clone()), scope.key.clone(), scope.key.clone()] } else { vec![] };
         let bad: Option<Option<String>> = self
             .conn
             .query_row(
                 &format!(
-                    "SELECT outcome FROM action_journal WHERE outcome IS NULL OR outcome NOT IN ({known}) LIMIT 1"
+                    "SELECT outcome FROM action_journal WHERE (outcome IS NULL OR outcome NOT IN ({known})) AND {in_scope} LIMIT 1"
                 ),
-                [],
+                duckdb::params_from_iter(args),
                 |r| r.get(0),
             )
             .optional()
@@ -201,7 +205,7 @@ impl Journal {
         // A plan may read a version-2 warehouse (before the first apply of this version), which
         // has no scope columns: all its rows count for every scope.
         let scoped = self.scoped;
-        self.check_outcomes()?;
+        self.check_outcomes(scope)?;
         let in_scope = if scoped { IN_SCOPE } else { "true" };
         let filter = if fingerprint.is_some() { "AND fingerprint = ?" } else { "" };
         let sql = format!(

@@ -37,5 +37,6 @@ pub async fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let (client, stop) = stop_after_in_flight(client);
     let report = crate::sync::run(SyncJob { extract: config, load: load_config, actions }, &client, stop, None).await?;
     print_json(&report)?;
-    Ok(report.exit_code())
+    // As `actions apply`: the actions' summary (and a refused key) on stderr, and their code.
+    Ok(report.actions.as_ref().map_or(crate::exit::OK, super::actions::actions_exit_code))
 }

@@ -19,9 +19,9 @@ pub struct PassCheck {
     pub seen: u64,
     /// The service's count on the pass's last landed page.
     pub row_count: u64,
-    /// The pass's pages reported different counts: the list changed while it was paged. Pages
-    /// fetched at once are answered in any order, so a row pushed down past a page boundary can
-    /// be missed as well as one pulled up; such a pass proves nothing.
+    /// Pages of the pass landed by one invocation reported different counts: the list changed
+    /// while it was paged. Pages fetched at once are answered in any order, so a row pushed down
+    /// past a page boundary can be missed as well as one pulled up; such a pass proves nothing.
     pub count_moved: bool,
 }
 
@@ -58,6 +58,8 @@ pub struct ContentRow {
 #[derive(Clone, Debug)]
 pub struct PageInfo {
     pub seq: u64,
+    /// The invocation of the run that landed it (a budgeted run resumes over several).
+    pub invocation: u32,
     pub row_count: u64,
     pub page_count: u64,
     pub ids: Vec<i64>,
@@ -222,8 +224,14 @@ impl Landing {
                     .insert(app.id, Observation { seq: r.seq, observed_at: r.received_at, app, first_pass });
             }
         }
-        let info =
-            PageInfo { seq: r.seq, row_count: body.meta.row_count, page_count: body.meta.page_count, ids, applied_at };
+        let info = PageInfo {
+            seq: r.seq,
+            invocation: r.invocation,
+            row_count: body.meta.row_count,
+            page_count: body.meta.page_count,
+            ids,
+            applied_at,
+        };
         self.pages.entry((status.clone(), pass)).or_default().insert(page, info);
     }
 
@@ -251,7 +259,10 @@ impl Landing {
         let seen: HashSet<i64> = pages.values().flat_map(|p| p.ids.iter().copied()).collect();
         let current =
             seen.iter().filter(|id| self.observations.get(id).is_some_and(|o| o.app.status.as_str() == status)).count();
-        let count_moved = pages.values().any(|p| p.row_count != end_count);
+        // Within one invocation: pages landed by an earlier invocation of a resumed run were read
+        // hours apart, and the seen-against-count check covers what changed between them.
+        let mut counts: HashMap<u32, u64> = HashMap::new();
+        let count_moved = pages.values().any(|p| *counts.entry(p.invocation).or_insert(p.row_count) != p.row_count);
         PassCheck { seen: current as u64, row_count: end_count, count_moved }
     }
 

@@ -114,6 +114,10 @@ pub struct ContentSummary {
     /// Windows the service has no statistics for: both series empty (a new organization).
     #[serde(default)]
     pub empty_windows: u64,
+    /// The first day of the first such window: the content cursor stops before it, so the next
+    /// run asks for those days again (a service whose statistics lag answers them later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_empty_day: Option<NaiveDate>,
 }
 
 /// The run report, `OUT/runs/<run_id>.json`.
@@ -212,6 +216,7 @@ pub(crate) fn build(
         days: content_rows.iter().filter(|r| r.metric == Metric::Views).count() as u64,
         invalid_answers: landing.invalid_windows.values().map(|n| u64::from(*n)).sum(),
         empty_windows: empty.len() as u64,
+        first_empty_day: empty.iter().map(|(start, _)| *start).min(),
     };
     let sync =
         sync_summary(config, spec, snapshot, reason, landing, invocation.status, &applications, &located, read_in_full);

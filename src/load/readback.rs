@@ -165,7 +165,8 @@ fn last_run(conn: &Connection) -> duckdb::Result<Option<(String, Option<String>)
 /// The last day of content the warehouse has loaded: the latest `content.to` of the runs in its
 /// ledger (each run's report is kept in `runs.report_json`). Incremental content starts there
 /// minus the lookback, so a day extracted by a run whose load failed is fetched again by the
-/// next run instead of being skipped. `None` before the first load.
+/// next run instead of being skipped. A run that met windows without statistics counts as
+/// loaded only up to the day before the first of them. `None` before the first load.
 pub fn content_cursor(conn: &Connection) -> Result<Option<NaiveDate>, LoadError> {
     let has_runs: bool = conn
         .query_row("SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = 'runs'", [], |r| r.get(0))
@@ -181,18 +182,25 @@ pub fn content_cursor(conn: &Connection) -> Result<Option<NaiveDate>, LoadError>
         .map_err(|e| LoadError::db("read `runs`", e))?
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| LoadError::db("read `runs`", e))?;
+    let day = |v: &serde_json::Value| v.as_str().and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok());
     let mut last = None;
     for (run_id, json) in rows {
-        let to = serde_json::from_str::<serde_json::Value>(&json)
-            .ok()
-            .and_then(|v| v["content"]["to"].as_str().map(str::to_owned))
-            .and_then(|d| NaiveDate::parse_from_str(&d, "%Y-%m-%d").ok())
-            .ok_or_else(|| LoadError::Unreadable {
+        let report = serde_json::from_str::<serde_json::Value>(&json).unwrap_or_default();
+        let to = day(&report["content"]["to"]).ok_or_else(|| LoadError::Unreadable {
                 table: "runs".into(),
                 column: "report_json".into(),
                 problem: format!("of run `{run_id}` has no readable `content.to`, where incremental content starts (a run with `--from DATE` does not read it)"),
             })?;
-        last = last.max(Some(to));
+        // Days from a window the service had no statistics for are asked again: the run loaded
+        // up to the day before the first such window, or nothing when its range began with one.
+        let loaded = match day(&report["content"]["first_empty_day"]) {
+            None => Some(to),
+            Some(first_empty) if first_empty > day(&report["content"]["from"]).unwrap_or(first_empty) => {
+                first_empty.pred_opt().map(|d| d.min(to))
+            }
+            Some(_) => None,
+        };
+        last = last.max(loaded);
     }
     Ok(last)
 }

@@ -56,13 +56,13 @@ fn crate_paths(code: &str) -> Vec<String> {
             continue;
         }
         if let Some(group) = rest.strip_prefix('{') {
-            // A group: the first segment of each member.
-            let end = group.find('}').unwrap_or(group.len());
+            // A group, perhaps nested and over several lines: the first segment of each member.
             let mut depth = 0;
             let mut member = String::new();
-            for c in group[..end].chars() {
+            for c in group.chars() {
                 match c {
                     '{' => depth += 1,
+                    '}' if depth == 0 => break,
                     '}' => depth -= 1,
                     ',' if depth == 0 => {
                         found.push(first_segment(&member));
@@ -102,12 +102,24 @@ fn uses() -> Vec<(String, String, usize, String)> {
     for file in files {
         let module = module_of(&src, &file);
         let text = std::fs::read_to_string(&file).unwrap();
-        for (i, line) in text.lines().enumerate() {
-            // Code only: comments and doc links may point anywhere.
-            let code = line.split("//").next().unwrap_or("");
-            for used in crate_paths(code) {
+        // Code only (comments and doc links may point anywhere), joined, so that a `use` group
+        // over several lines is read whole; each path is reported at its `use` or first line.
+        let code: Vec<&str> = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect();
+        let mut i = 0;
+        while i < code.len() {
+            let mut statement = code[i].to_owned();
+            let mut end = i;
+            if statement.contains("crate::{") {
+                while statement.matches('{').count() > statement.matches('}').count() && end + 1 < code.len() {
+                    end += 1;
+                    statement.push(' ');
+                    statement.push_str(code[end]);
+                }
+            }
+            for used in crate_paths(&statement) {
                 all.push((module.clone(), file.display().to_string(), i + 1, used));
             }
+            i = end + 1;
         }
     }
     all
@@ -144,6 +156,7 @@ fn the_checker_sees_grouped_and_nested_paths() {
     assert_eq!(crate_paths("use crate::load::{lake, warehouse};"), ["load"]);
     assert_eq!(crate_paths("let x = crate::sync::run(a, crate::api::Client::new());"), ["sync", "api"]);
     assert_eq!(crate_paths("use crate::{fleet::job::Job, api::{Client, ApiKey}};"), ["fleet", "api"]);
+    assert_eq!(crate_paths("use crate::{\n    sync::run,\n    api::{Client,\n ApiKey},\n};"), ["sync", "api"]);
     assert!(crate_paths("use creator_etl::cli::Cli;").is_empty());
     assert_eq!(first_segment(" load::lake"), "load");
 }

@@ -163,6 +163,7 @@ fn an_organization_without_content_statistics_completes_run() {
     let out = dir.path().join("out");
     let key = org_key(1);
     let args = ["run", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "--since-days", "200"];
+    let mut first_from = None;
     for round in ["first", "second"] {
         let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", key.as_str())]);
         assert_exit(&args, &o, 0);
@@ -173,6 +174,9 @@ fn an_organization_without_content_statistics_completes_run() {
         assert!(extract.content.windows > 0, "{round}");
         assert_eq!(extract.content.empty_windows, extract.content.windows, "{round}: every window is empty");
         assert_eq!(extract.content.invalid_answers, 0, "{round}: no answer was refused, none asked again");
+        // Days without statistics are not taken as loaded: the second run asks for them again.
+        assert_eq!(extract.content.first_empty_day, extract.content.from, "{round}");
+        assert_eq!(*first_from.get_or_insert(extract.content.from), extract.content.from, "{round}: asked again");
         let warning = extract.warnings.iter().find(|w| w.contains("no content statistics"));
         assert!(warning.is_some(), "{round}: {:?}", extract.warnings);
         assert!(String::from_utf8_lossy(&o.stderr).contains("no content statistics"), "{round}: logged");

@@ -212,6 +212,9 @@ fn a_run_killed_on_a_lost_out_is_followed_by_no_second_send() {
     }
     let report: serde_json::Value = report(&o);
     assert!(report["restored"]["rows"]["action_journal"].as_u64().unwrap() >= 4, "{}", report["restored"]);
+    // `run --actions` prints the actions' summary on stderr, as `actions apply` does.
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("actions run ") && stderr.contains("skipped_already_applied"), "{stderr}");
 
     // A new file of rows never sent; killed right after the first row's intent, before it went
     // out. The next run on another fresh `--out` sends each row once.
