@@ -18,15 +18,6 @@ fn payouts(emu: &TestEmu, kind: PayoutKind, org: u32) -> Vec<StoredPayout> {
     emu.state.payouts().into_iter().filter(|p| p.kind == kind && p.org == org).collect()
 }
 
-fn updatable_sales(emu: &TestEmu) -> Vec<i64> {
-    emu.state
-        .sales()
-        .into_iter()
-        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
-        .map(|s| s.id)
-        .collect()
-}
-
 fn sale_where(emu: &TestEmu, pred: impl Fn(&creator_etl::emulator::StoredSale) -> bool) -> i64 {
     emu.state.sales().into_iter().find(|s| pred(s)).expect("the emulator has such a sale").id
 }
@@ -621,12 +612,15 @@ fn two_sale_updates(totals: [i64; 2]) -> (TestEmu, tempfile::TempDir, PathBuf, V
     (emu, dir, file, s)
 }
 
-/// Ctrl-C while an apply waits for the pacer (here an hourly cap of 1) stops it at once: the
-/// waiting row is `not_sent`, the exit is 130, and a rerun will send it.
-#[test]
-fn ctrl_c_interrupts_a_pacing_wait_during_apply() {
-    let (emu, dir, file, s) = two_sale_updates([11, 12]);
-    let out = dir.path().join("out");
+/// `actions apply` of `file` under an hourly cap of 1: once the write to `first` went out, the
+/// next row waits for the pacer, and Ctrl-C stops it there (exit 130). The output, and when
+/// the apply started.
+fn apply_stopped_in_a_pacing_wait(
+    emu: &TestEmu,
+    out: &Path,
+    file: &Path,
+    first: &str,
+) -> (std::process::Output, std::time::Instant) {
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_creator-etl"))
         .args(["actions", "apply", file.to_str().unwrap(), "--base-url", &emu.base_url, "--out", out.to_str().unwrap()])
         .args(["--hourly-cap", "1", "--cap-window-s", "3600", "--min-interval-ms", "0"])
@@ -636,7 +630,7 @@ fn ctrl_c_interrupts_a_pacing_wait_during_apply() {
         .spawn()
         .unwrap();
     let started = std::time::Instant::now();
-    while writes_to(&emu, &s[0].to_string()).is_empty() {
+    while writes_to(emu, first).is_empty() {
         assert!(started.elapsed() < Duration::from_secs(30), "the first row was never sent");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -645,6 +639,16 @@ fn ctrl_c_interrupts_a_pacing_wait_during_apply() {
     assert!(kill.success());
     let o = child.wait_with_output().unwrap();
     assert_exit(&["actions", "apply"], &o, 130);
+    (o, started)
+}
+
+/// Ctrl-C while an apply waits for the pacer (here an hourly cap of 1) stops it at once: the
+/// waiting row is `not_sent`, the exit is 130, and a rerun will send it.
+#[test]
+fn ctrl_c_interrupts_a_pacing_wait_during_apply() {
+    let (emu, dir, file, s) = two_sale_updates([11, 12]);
+    let out = dir.path().join("out");
+    let (o, started) = apply_stopped_in_a_pacing_wait(&emu, &out, &file, &s[0].to_string());
     assert!(started.elapsed() < Duration::from_secs(60), "it did not sit out the hour");
     let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
     assert_eq!((got[&2].0.as_str(), got[&3].0.as_str()), ("applied", "not_sent"));
@@ -698,24 +702,7 @@ fn an_interrupted_re_send_is_left_to_the_next_apply() {
         "both.csv",
         &[format!("update_sale,yes,{b},,32,,,,,,"), format!("update_sale,yes,{a},,31,,,,,,")],
     );
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_creator-etl"))
-        .args(["actions", "apply", both.to_str().unwrap(), "--base-url", &emu.base_url, "--out", out.to_str().unwrap()])
-        .args(["--hourly-cap", "1", "--cap-window-s", "3600", "--min-interval-ms", "0"])
-        .env("CREATOR_API_KEY", FULL_KEY)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = std::time::Instant::now();
-    while writes_to(&emu, &b).is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(30), "the first row was never sent");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let kill = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(kill.success());
-    let o = child.wait_with_output().unwrap();
-    assert_exit(&["actions", "apply"], &o, 130);
+    let (o, _) = apply_stopped_in_a_pacing_wait(&emu, &out, &both, &b);
     let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
     assert_eq!((got[&2].0.as_str(), got[&3].0.as_str()), ("applied", "not_sent"), "{got:?}");
     assert!(got[&3].2.contains("sends it again"), "{:?}", got[&3]);

@@ -4,10 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use creator_etl::api::models::{ApplicationStatus, SaleStatus};
+use creator_etl::api::models::ApplicationStatus;
 use creator_etl::emulator::{org_key, EmulatorConfig, PayoutKind, MAIN_ORG};
 
-use crate::util::{assert_exit, count, db, report, run_bin, show, Bin, TestEmu, FULL_KEY};
+use crate::util::{assert_exit, count, db, report, run_bin, show, updatable_sales, Bin, TestEmu, FULL_KEY};
 
 const HEADER: &str =
     "action,approved,sale_id,creator_payout_uuid,total,commission,customer_email,status,reviewer,note,row_id";
@@ -23,13 +23,7 @@ fn emulator() -> TestEmu {
 /// A reviewed file for the main organization: two sale corrections and a payout mark approved,
 /// one correction not approved. Returns the file and the approved rows' targets.
 fn reviewed(emu: &TestEmu, dir: &Path) -> (PathBuf, Vec<String>, String) {
-    let sales: Vec<i64> = emu
-        .state
-        .sales()
-        .into_iter()
-        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
-        .map(|s| s.id)
-        .collect();
+    let sales = updatable_sales(emu);
     let due = emu.state.payouts().into_iter().find(|p| p.kind == PayoutKind::DueCredit && p.org == MAIN_ORG).unwrap();
     let rows = [
         format!("update_sale,yes,{},,5000,,,,ann,,r1", sales[0]),
@@ -218,13 +212,7 @@ fn a_run_killed_on_a_lost_out_is_followed_by_no_second_send() {
 
     // A new file of rows never sent; killed right after the first row's intent, before it went
     // out. The next run on another fresh `--out` sends each row once.
-    let sales: Vec<i64> = emu
-        .state
-        .sales()
-        .into_iter()
-        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
-        .map(|s| s.id)
-        .collect();
+    let sales = updatable_sales(&emu);
     let fresh = [sales[4], sales[5], sales[6]];
     let rows: Vec<String> = fresh.iter().map(|s| format!("update_sale,yes,{s},,3100,,,,ann,,n{s}")).collect();
     std::fs::write(&file, format!("{HEADER}\n{}\n", rows.join("\n"))).unwrap();
@@ -259,14 +247,7 @@ fn accept_one_pending(emu: &TestEmu) -> i64 {
 
 /// Appends an approved sale update of the `nth` updatable sale to the reviewed file; its id.
 fn approve_one_more(emu: &TestEmu, file: &std::path::Path, nth: usize, total: u32, row_id: &str) -> i64 {
-    let sale = emu
-        .state
-        .sales()
-        .into_iter()
-        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
-        .map(|s| s.id)
-        .nth(nth)
-        .unwrap();
+    let sale = updatable_sales(emu)[nth];
     let mut text = std::fs::read_to_string(file).unwrap();
     text.push_str(&format!("update_sale,yes,{sale},,{total},,,,ann,,{row_id}\n"));
     std::fs::write(file, text).unwrap();

@@ -6,8 +6,9 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
+use creator_etl::api::models::SaleStatus;
 use creator_etl::api::{ApiKey, Client, ClientConfig, PacingConfig, RetryPolicy};
-use creator_etl::emulator::{Emulator, EmulatorConfig, EmulatorState};
+use creator_etl::emulator::{Emulator, EmulatorConfig, EmulatorState, MAIN_ORG};
 use serde::de::DeserializeOwned;
 
 pub const FULL_KEY: &str = "emu-full-key";
@@ -38,6 +39,17 @@ impl Drop for TestEmu {
             rt.shutdown_background();
         }
     }
+}
+
+/// The main organization's sales that an update can correct (not storefront, not cancelled),
+/// in the emulator's order.
+pub fn updatable_sales(emu: &TestEmu) -> Vec<i64> {
+    emu.state
+        .sales()
+        .into_iter()
+        .filter(|s| s.org == MAIN_ORG && s.updatable() && s.status != SaleStatus::Cancelled)
+        .map(|s| s.id)
+        .collect()
 }
 
 /// Starts an emulator on the current runtime (async tests).
