@@ -15,10 +15,14 @@ use crate::commands::run::RunArgs;
 use crate::commands::{self, GlobalArgs};
 use crate::Error;
 
+/// `creator-etl --version`: the package version and the git commit the binary was built from
+/// (`unknown` when built outside a git checkout; see build.rs).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("CREATOR_ETL_COMMIT"), ")");
+
 #[derive(Debug, Parser)]
 #[command(
     name = "creator-etl",
-    version,
+    version = VERSION,
     about = "Extract a creator-marketing service's data into Parquet and DuckDB, and replay reviewed corrections",
     after_help = "The API key is read from the CREATOR_API_KEY environment variable or --api-key-file, never from a flag.\nExit codes: 0 ok, 1 failed, 2 usage/config/input error, 3 some action rows failed, 4 key rejected (401/403), 5 --out locked, 6 some fleet organizations failed, 130 interrupted."
 )]

@@ -158,3 +158,19 @@ fn insecure_base_urls_are_refused_before_anything_is_sent() {
         assert!(c.global.client_config().is_ok(), "{url}");
     }
 }
+
+/// `--version` names the package version and the commit the binary was built from.
+#[test]
+fn version_names_the_commit_it_was_built_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_bin(dir.path(), &["--version"], &[]);
+    assert_exit(&["--version"], &out, 0);
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let head = String::from_utf8(head.stdout).unwrap();
+    let want = format!("creator-etl {} (commit {})\n", env!("CARGO_PKG_VERSION"), head.trim());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+}
