@@ -13,7 +13,11 @@
 //! is complete. A run on an `--out` without the organization's state restores it from these
 //! tables ([`crate::sync`]).
 //!
-//! Concurrency is Delta's own: commits are atomic and conflicts are detected by the Delta log
+//! The overwrite is written with delta-rs's writer and transaction API, without a query engine:
+//! the new files are written (partitioned, with statistics), and one commit removes the
+//! organization's files of the snapshot it read and adds the new ones ([`commit_table`]).
+//!
+//! Concurrency is Delta's own: commits are atomic and a commit lands only on the version it read
 //! (on S3 through conditional writes). A commit that conflicts (two writers creating a table,
 //! or the same organization at once) is retried on a fresh snapshot with backoff, up to
 //! [`COMMIT_ATTEMPTS`]; after that the load fails (exit 1) and the table keeps its last
@@ -24,10 +28,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use deltalake::arrow::record_batch::RecordBatch;
-use deltalake::kernel::transaction::TransactionError;
-use deltalake::operations::write::SchemaMode;
+use deltalake::kernel::engine::arrow_conversion::TryFromArrow;
+use deltalake::kernel::transaction::{CommitBuilder, CommitConflictError, CommitProperties, TransactionError};
+use deltalake::kernel::{normalize_for_delta, Action, MetadataExt, StructField, StructType};
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use deltalake::protocol::SaveMode;
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::{DeltaTable, DeltaTableError};
 use serde::Serialize;
 
@@ -36,6 +42,11 @@ use crate::out::{io_err, OutDir};
 
 /// Attempts of one table's commit before a conflict is final.
 pub const COMMIT_ATTEMPTS: u32 = 10;
+
+/// Immediate retries of one table's commit after losing the race to other organizations'
+/// commits (which leave this organization's files as they were). Each lost race means another
+/// writer landed, so this bounds only a pathological stream of writers.
+const REBASES: u32 = 1_000;
 
 /// Where the lake is and whose rows a load replaces.
 #[derive(Clone, Debug)]
@@ -214,7 +225,60 @@ fn is_conflict(e: &DeltaTableError) -> bool {
     )
 }
 
-/// Replaces the organization's rows of one table: one Delta commit, retried on conflict.
+/// The lake's table schema with the staged columns it lacks added (nullable), or `None` when it
+/// has them all: a newer creator-etl adds columns (quick sync's in `runs`) to an existing lake.
+/// A staged column whose type differs from the table's is an error: the lake is never retyped.
+fn merged_schema(table: &str, current: &StructType, staged: &StructType) -> Result<Option<StructType>, LoadError> {
+    let mut added = vec![];
+    for field in staged.fields() {
+        match current.field(field.name()) {
+            Some(have) if have.data_type() == field.data_type() => {}
+            Some(have) => return Err(LoadError::Lake(format!(
+                "the lake's `{table}` has column `{}` as {}, but this load writes it as {}; the lake is never retyped",
+                field.name(),
+                have.data_type(),
+                field.data_type()
+            ))),
+            None => added.push(StructField { nullable: true, ..field.clone() }),
+        }
+    }
+    if added.is_empty() {
+        return Ok(None);
+    }
+    let fields = current.fields().cloned().chain(added);
+    StructType::try_new(fields).map(Some).map_err(|e| LoadError::Lake(format!("merge the schema of `{table}`: {e}")))
+}
+
+/// The organization's files in a snapshot: what an overwrite of its rows removes.
+fn organization_files(state: &deltalake::table::state::DeltaTableState, org: &str) -> BTreeMap<String, Action> {
+    state
+        .log_data()
+        .iter()
+        .filter(|f| f.partition_values_map().get("organization").is_some_and(|v| v.as_deref() == Some(org)))
+        .map(|f| (f.path().into_owned(), Action::Remove(f.remove_action(true))))
+        .collect()
+}
+
+/// Writes the batches as data files of the table (partitioned, with statistics); they are
+/// invisible until a commit names them.
+async fn write_files(url: &str, table: &str, batches: &[RecordBatch]) -> Result<Vec<Action>, DeltaTableError> {
+    let partitions = partition_columns(table).iter().map(|c| c.to_string()).collect();
+    let mut writer = RecordBatchWriter::try_new(url, batches[0].schema(), Some(partitions), None)?;
+    for batch in batches {
+        writer.write(batch.clone()).await?;
+    }
+    Ok(writer.flush().await?.into_iter().map(Action::Add).collect())
+}
+
+/// Replaces the organization's rows of one table: one Delta commit of the removal of its files
+/// and the addition of the new ones, retried on conflict.
+///
+/// Every attempt reads the latest snapshot and removes exactly the organization's files in it,
+/// and the commit refuses to land on any other version (delta-rs's own retry is off: it would
+/// rebase the commit without re-reading which files are the organization's). A commit that lost
+/// the race to another organization's (its files unchanged) is retried at once; one that lost to
+/// a writer of the same organization is a conflict, retried with backoff up to
+/// [`COMMIT_ATTEMPTS`].
 async fn commit_table(
     lake: &LakeConfig,
     table: &str,
@@ -228,48 +292,90 @@ async fn commit_table(
         std::fs::create_dir_all(&dir).map_err(io_err("create the lake table directory", &dir))?;
     }
     check_conditional_writes(lake).await?;
-    let mut attempt = 0;
+    let failed = |e: &dyn std::fmt::Display, tries: String| {
+        LoadError::Lake(format!(
+            "cannot commit `{table}` to `{url}`{tries}: {e}; the table keeps its last committed version"
+        ))
+    };
+    let staged = StructType::try_from_arrow(normalize_for_delta(&batches[0].schema()).as_ref())
+        .map_err(|e| failed(&e, String::new()))?;
+    let predicate = format!("organization = '{}'", lake.org);
+    let partition_by: Vec<String> = partition_columns(table).iter().map(|c| c.to_string()).collect();
+    // The new data files, written once: a retried commit names the same files.
+    let mut adds: Option<Vec<Action>> = None;
+    // The organization's files that the last failed attempt would have removed.
+    let mut lost_with: Option<BTreeMap<String, Action>> = None;
+    let (mut conflicts, mut rebases) = (0u32, 0u32);
     loop {
-        attempt += 1;
-        let result = async {
+        // The outer error is delta-rs's (a conflict is retried); the inner one is final.
+        let result: Result<Result<u64, LoadError>, DeltaTableError> = async {
             let mut t = DeltaTable::try_from_url(parsed.clone()).await?;
             if t.version().is_none() {
-                // Created empty in a commit of its own: two creators racing only declare the
-                // same empty table twice. A creation that also carried rows would commit
-                // without reading anything, so Delta could not see a concurrent writer's rows
-                // (two such commits both went through, and the organization's rows doubled).
-                let empty = RecordBatch::new_empty(batches[0].schema());
+                // Created empty in a commit of its own, so that every data commit reads a
+                // snapshot: two creators racing only declare the same empty table twice.
                 t = t
-                    .write(vec![empty])
+                    .create()
+                    .with_columns(staged.fields().cloned())
+                    .with_partition_columns(partition_by.clone())
                     .with_save_mode(SaveMode::Ignore)
-                    .with_partition_columns(partition_columns(table).iter().copied())
                     .await?;
             }
-            // Against an existing snapshot, the overwrite reads `organization = '<org>'`: a
-            // concurrent commit that added rows there is a conflict, retried below.
-            t.write(batches.clone())
-                .with_save_mode(SaveMode::Overwrite)
-                .with_replace_where(format!("organization = '{}'", lake.org))
-                // A newer creator-etl adds columns (quick sync's in `runs`) to an existing lake.
-                .with_schema_mode(SchemaMode::Merge)
-                .with_partition_columns(partition_columns(table).iter().copied())
+            let state = t.snapshot()?;
+            let removes = organization_files(state, &lake.org);
+            if let Some(before) = lost_with.take() {
+                // The commit that won touched this organization's files: a real conflict.
+                if before.keys().ne(removes.keys()) {
+                    let source = TransactionError::CommitConflict(CommitConflictError::ConcurrentAppend);
+                    return Err(DeltaTableError::Transaction { source });
+                }
+            }
+            let mut actions = vec![];
+            let schema = match merged_schema(table, &state.schema(), &staged) {
+                Ok(schema) => schema,
+                Err(e) => return Ok(Err(e)),
+            };
+            if let Some(schema) = schema {
+                actions.push(Action::Metadata(state.metadata().clone().with_schema(&schema)?));
+            }
+            if adds.is_none() {
+                adds = Some(write_files(&url, table, &batches).await?);
+            }
+            actions.extend(removes.values().cloned());
+            actions.extend(adds.iter().flatten().cloned());
+            let operation = DeltaOperation::Write {
+                mode: SaveMode::Overwrite,
+                partition_by: Some(partition_by.clone()),
+                predicate: Some(predicate.clone()),
+            };
+            let committed = CommitBuilder::from(CommitProperties::default().with_max_retries(0))
+                .with_actions(actions)
+                .build(Some(state), t.log_store(), operation)
                 .await
+                .inspect_err(|_| lost_with = Some(removes))?;
+            Ok(Ok(committed.version()))
         }
         .await;
         match result {
-            Ok(t) => return Ok(t.version().unwrap_or_default()),
-            Err(e) if is_conflict(&e) && attempt < COMMIT_ATTEMPTS => {
+            Ok(done) => return done,
+            // Lost the race to another organization's commit: retry at once on the new snapshot
+            // (each round lands one writer, so this ends).
+            Err(e) if is_conflict(&e) && lost_with.is_some() && rebases < REBASES => rebases += 1,
+            Err(e) if is_conflict(&e) && conflicts + 1 < COMMIT_ATTEMPTS => {
+                conflicts += 1;
+                lost_with = None;
                 report.conflicts_retried += 1;
-                let wait = Duration::from_millis(50u64 << attempt.min(6)) + Duration::from_millis(fastrand::u64(0..50));
-                tracing::info!(table, attempt, wait_ms = wait.as_millis() as u64, error = %e, "lake commit conflicted; retrying on a fresh snapshot");
+                let wait =
+                    Duration::from_millis(50u64 << conflicts.min(6)) + Duration::from_millis(fastrand::u64(0..50));
+                tracing::info!(table, attempt = conflicts, wait_ms = wait.as_millis() as u64, error = %e, "lake commit conflicted; retrying on a fresh snapshot");
                 tokio::time::sleep(wait).await;
             }
             Err(e) => {
-                let tries =
-                    if is_conflict(&e) { format!(" after {attempt} conflicting attempts") } else { String::new() };
-                return Err(LoadError::Lake(format!(
-                    "cannot commit `{table}` to `{url}`{tries}: {e}; the table keeps its last committed version"
-                )));
+                let tries = if is_conflict(&e) {
+                    format!(" after {} conflicting attempts", conflicts + 1)
+                } else {
+                    String::new()
+                };
+                return Err(failed(&e, tries));
             }
         }
     }

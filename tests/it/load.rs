@@ -3,10 +3,11 @@
 
 use std::path::Path;
 
-use arrow::datatypes::{DataType, TimeUnit};
 use creator_etl::api::models::ApplicationStatus;
 use creator_etl::emulator::{EmulatorConfig, MAIN_ORG};
 use creator_etl::load::warehouse::exported_tables;
+use deltalake::arrow::datatypes::{DataType, TimeUnit};
+use deltalake::parquet;
 
 use crate::util::*;
 
@@ -52,8 +53,9 @@ fn assert_parquet_matches_duckdb(out: &Path) {
     }
 }
 
-/// Reads a Parquet file with the arrow/parquet crates (independent of both writers).
-fn arrow_schema_and_rows(path: &Path) -> (arrow::datatypes::SchemaRef, usize) {
+/// Reads a Parquet file with arrow-rs's parquet crate (independent of both writers; the version
+/// delta-rs re-exports, so the tests compile no second arrow-rs).
+fn arrow_schema_and_rows(path: &Path) -> (deltalake::arrow::datatypes::SchemaRef, usize) {
     let file = std::fs::File::open(path).unwrap();
     let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
     let schema = builder.schema().clone();
