@@ -2,7 +2,7 @@
 
 The data is either
 - the DuckDB warehouse at CREATOR_ETL_WAREHOUSE, defaulting to the demo's output
-  (`data/warehouse.duckdb` at the repository root, what `cargo run --release -- demo` writes); or
+  (`data/warehouse.duckdb` at the repository root, what `cargo run --locked -- demo` writes); or
 - the shared lake at CREATOR_ETL_LAKE (`file:///path` or `s3://bucket/prefix`, with the standard
   AWS variables), read with `deltalake` and queried by DuckDB over Arrow. CREATOR_ETL_ORG picks
   one organization; the views then have the warehouse's columns, as `creator-etl query --org`.
@@ -42,7 +42,7 @@ def connect() -> duckdb.DuckDBPyConnection:
         return _connect_lake()
     if not pathlib.Path(WAREHOUSE).is_file():
         raise FileNotFoundError(
-            f"no warehouse at {WAREHOUSE}: run `cargo run --release -- demo` first, "
+            f"no warehouse at {WAREHOUSE}: run `cargo run --locked -- demo` first, "
             "or set CREATOR_ETL_WAREHOUSE to your warehouse.duckdb (or CREATOR_ETL_LAKE to a lake)"
         )
     con = duckdb.connect(WAREHOUSE, read_only=True)

@@ -233,12 +233,14 @@ fn merged_schema(table: &str, current: &StructType, staged: &StructType) -> Resu
     for field in staged.fields() {
         match current.field(field.name()) {
             Some(have) if have.data_type() == field.data_type() => {}
-            Some(have) => return Err(LoadError::Lake(format!(
+            Some(have) => {
+                return Err(LoadError::Lake(format!(
                 "the lake's `{table}` has column `{}` as {}, but this load writes it as {}; the lake is never retyped",
                 field.name(),
                 have.data_type(),
                 field.data_type()
-            ))),
+            )))
+            }
             None => added.push(StructField { nullable: true, ..field.clone() }),
         }
     }
