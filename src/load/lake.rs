@@ -44,8 +44,9 @@ use crate::out::{io_err, OutDir};
 pub const COMMIT_ATTEMPTS: u32 = 10;
 
 /// Immediate retries of one table's commit after losing the race to other organizations'
-/// commits (which leave this organization's files as they were). Each lost race means another
-/// writer landed, so this bounds only a pathological stream of writers.
+/// commits (which leave this organization's files as they were). A lost race usually means
+/// another writer landed; this bounds a pathological stream of writers, or a store that keeps
+/// refusing the write.
 const REBASES: u32 = 1_000;
 
 /// Where the lake is and whose rows a load replaces.
@@ -230,6 +231,10 @@ fn is_conflict(e: &DeltaTableError) -> bool {
 /// A staged column whose type differs from the table's is an error: the lake is never retyped.
 fn merged_schema(table: &str, current: &StructType, staged: &StructType) -> Result<Option<StructType>, LoadError> {
     let mut added = vec![];
+    // A required column of the table that the load writes (every staged column is nullable) is
+    // declared nullable, so that no NULL lands in a column a reader takes as required.
+    let relax = |f: &StructField| staged.field(f.name()).is_some() && !f.is_nullable();
+    let relaxed = current.fields().any(relax);
     for field in staged.fields() {
         match current.field(field.name()) {
             Some(have) if have.data_type() == field.data_type() => {}
@@ -244,10 +249,10 @@ fn merged_schema(table: &str, current: &StructType, staged: &StructType) -> Resu
             None => added.push(StructField { nullable: true, ..field.clone() }),
         }
     }
-    if added.is_empty() {
+    if added.is_empty() && !relaxed {
         return Ok(None);
     }
-    let fields = current.fields().cloned().chain(added);
+    let fields = current.fields().map(|f| StructField { nullable: f.nullable || relax(f), ..f.clone() }).chain(added);
     StructType::try_new(fields).map(Some).map_err(|e| LoadError::Lake(format!("merge the schema of `{table}`: {e}")))
 }
 
@@ -299,6 +304,12 @@ async fn commit_table(
             "cannot commit `{table}` to `{url}`{tries}: {e}; the table keeps its last committed version"
         ))
     };
+    // An error that is not a conflict can come after the commit landed (writing a checkpoint).
+    let uncertain = |e: &dyn std::fmt::Display| {
+        LoadError::Lake(format!(
+            "cannot commit `{table}` to `{url}`: {e}; the commit may or may not have landed, and the next load replaces the organization's rows either way"
+        ))
+    };
     let staged = StructType::try_from_arrow(normalize_for_delta(&batches[0].schema()).as_ref())
         .map_err(|e| failed(&e, String::new()))?;
     let predicate = format!("organization = '{}'", lake.org);
@@ -320,10 +331,36 @@ async fn commit_table(
                     .with_columns(staged.fields().cloned())
                     .with_partition_columns(partition_by.clone())
                     .with_save_mode(SaveMode::Ignore)
+                    // A creator that lost the race reloads and finds the table, instead of
+                    // committing a second table declaration on top of the first.
+                    .with_commit_properties(CommitProperties::default().with_max_retries(0))
                     .await?;
             }
             let state = t.snapshot()?;
+            let partitioned: Vec<&str> = state.metadata().partition_columns().iter().map(String::as_str).collect();
+            if partitioned != partition_columns(table) {
+                return Ok(Err(LoadError::Lake(format!(
+                    "the lake's `{table}` is partitioned by {partitioned:?}, not by {:?} as creator-etl writes it; its organizations' rows cannot be replaced. Rewrite it partitioned by {:?}, or use a new lake",
+                    partition_columns(table),
+                    partition_columns(table)
+                ))));
+            }
             let removes = organization_files(state, &lake.org);
+            // A commit reported as lost can have landed (on S3 a write retried after a 5xx that
+            // stored it answers "already exists"): the snapshot then holds the new files.
+            if let Some(written) = &adds {
+                let landed: std::collections::HashSet<&str> =
+                    written.iter().filter_map(|a| if let Action::Add(a) = a { Some(a.path.as_str()) } else { None }).collect();
+                if !landed.is_empty() && removes.keys().any(|p| landed.contains(p.as_str())) {
+                    if removes.keys().all(|p| landed.contains(p.as_str())) {
+                        return Ok(Ok(t.version().unwrap_or_default()));
+                    }
+                    return Ok(Err(LoadError::Lake(format!(
+                        "the lake's `{table}` holds some of this load's files beside others of `{}`; nothing more is committed",
+                        lake.org
+                    ))));
+                }
+            }
             if let Some(before) = lost_with.take() {
                 // The commit that won touched this organization's files: a real conflict.
                 if before.keys().ne(removes.keys()) {
@@ -371,14 +408,10 @@ async fn commit_table(
                 tracing::info!(table, attempt = conflicts, wait_ms = wait.as_millis() as u64, error = %e, "lake commit conflicted; retrying on a fresh snapshot");
                 tokio::time::sleep(wait).await;
             }
-            Err(e) => {
-                let tries = if is_conflict(&e) {
-                    format!(" after {} conflicting attempts", conflicts + 1)
-                } else {
-                    String::new()
-                };
-                return Err(failed(&e, tries));
+            Err(e) if is_conflict(&e) => {
+                return Err(failed(&e, format!(" after {} conflicting attempts", conflicts + 1)))
             }
+            Err(e) => return Err(uncertain(&e)),
         }
     }
 }

@@ -292,6 +292,38 @@ os._exit(0)
     }
 }
 
+/// A table written anew without creator-etl's partition columns (here by Python `deltalake`) is
+/// refused, naming it: its organizations' rows could not be replaced, and a load would double
+/// them. The table is left as it was.
+#[test]
+fn a_table_partitioned_otherwise_is_refused_and_left_alone() {
+    const UNPARTITION: &str = r#"
+import sys, os, shutil
+from deltalake import DeltaTable, write_deltalake
+t = DeltaTable(sys.argv[1]).to_pyarrow_table()
+shutil.rmtree(sys.argv[1])
+write_deltalake(sys.argv[1], t)
+os._exit(0)
+"#;
+    let emu = TestEmu::start(EmulatorConfig::for_tests(60));
+    let dir = tempfile::tempdir().unwrap();
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let runs = dir.path().join("lake/runs");
+    let a = dir.path().join("a");
+    extract(&emu, &a);
+    let o = spawn_load(&a, &lake, "acme", &[]).wait_with_output().unwrap();
+    assert_exit(&[], &o, 0);
+    let python = crate::demo::notebook_python();
+    let o = Command::new(&python).args(["-c", UNPARTITION, runs.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let before = rows(&read_lake(&lake, &[]), "runs", "acme");
+    let o = spawn_load(&a, &lake, "acme", &[]).wait_with_output().unwrap();
+    assert_exit(&[], &o, 1);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("the lake's `runs` is partitioned by []"), "{stderr}");
+    assert_eq!(rows(&read_lake(&lake, &[]), "runs", "acme"), before, "the table is left as it was");
+}
+
 /// Regression: a data file's path from the Delta log was joined to the table's directory (read
 /// in place) or to the cache (written) unchecked, so a log entry naming `..` or an absolute
 /// path read or wrote anywhere on the reader's machine. Such an entry is now refused, naming
