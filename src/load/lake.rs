@@ -268,9 +268,12 @@ fn organization_files(state: &deltalake::table::state::DeltaTableState, org: &st
 
 /// Writes the batches as data files of the table (partitioned, with statistics); they are
 /// invisible until a commit names them.
-async fn write_files(url: &str, table: &str, batches: &[RecordBatch]) -> Result<Vec<Action>, DeltaTableError> {
-    let partitions = partition_columns(table).iter().map(|c| c.to_string()).collect();
-    let mut writer = RecordBatchWriter::try_new(url, batches[0].schema(), Some(partitions), None)?;
+async fn write_files(
+    url: &str,
+    partition_by: Vec<String>,
+    batches: &[RecordBatch],
+) -> Result<Vec<Action>, DeltaTableError> {
+    let mut writer = RecordBatchWriter::try_new(url, batches[0].schema(), Some(partition_by), None)?;
     for batch in batches {
         writer.write(batch.clone()).await?;
     }
@@ -337,12 +340,10 @@ async fn commit_table(
                     .await?;
             }
             let state = t.snapshot()?;
-            let partitioned: Vec<&str> = state.metadata().partition_columns().iter().map(String::as_str).collect();
-            if partitioned != partition_columns(table) {
+            let partitioned = state.metadata().partition_columns();
+            if *partitioned != partition_by {
                 return Ok(Err(LoadError::Lake(format!(
-                    "the lake's `{table}` is partitioned by {partitioned:?}, not by {:?} as creator-etl writes it; its organizations' rows cannot be replaced. Rewrite it partitioned by {:?}, or use a new lake",
-                    partition_columns(table),
-                    partition_columns(table)
+                    "the lake's `{table}` is partitioned by {partitioned:?}, not by {partition_by:?} as creator-etl writes it; its organizations' rows cannot be replaced. Rewrite it partitioned by {partition_by:?}, or use a new lake"
                 ))));
             }
             let removes = organization_files(state, &lake.org);
@@ -377,7 +378,7 @@ async fn commit_table(
                 actions.push(Action::Metadata(state.metadata().clone().with_schema(&schema)?));
             }
             if adds.is_none() {
-                adds = Some(write_files(&url, table, &batches).await?);
+                adds = Some(write_files(&url, partition_by.clone(), &batches).await?);
             }
             actions.extend(removes.values().cloned());
             actions.extend(adds.iter().flatten().cloned());
