@@ -63,6 +63,7 @@ impl Error {
                 LoadError::NoRuns(_)
                 | LoadError::Incomplete(_)
                 | LoadError::StaleQuick { .. }
+                | LoadError::Kind(_)
                 | LoadError::Extract(ExtractError::NoSuchRun(_)),
             ) => exit::USAGE,
             Error::Action(ActionError::Read { .. } | ActionError::Invalid { .. } | ActionError::TooManyRows { .. }) => {

@@ -20,6 +20,7 @@
 //! applications or days than its extract reported is refused, so a damaged landing never
 //! replaces good tables.
 
+pub mod fleet;
 pub mod lake;
 mod readback;
 pub mod warehouse;
@@ -62,6 +63,10 @@ pub enum LoadError {
     Locked { path: String, holder: String },
     #[error("data quality: {0}")]
     Quality(String),
+    /// A warehouse of the other kind: one organization's where a fleet's was expected, or the
+    /// other way round.
+    #[error("warehouse: {0}")]
+    Kind(String),
     #[error("lake: {0}")]
     Lake(String),
     #[error("refusing to load run `{run_id}`: its landing holds {found} {what}, but its extract reported {reported}; the raw files under `raw/{run_id}/` are incomplete, so the warehouse keeps its previous data. Run `creator-etl extract --fresh` (or `run`) to fetch it again")]
@@ -188,10 +193,14 @@ fn check_quality(
     q
 }
 
-fn stage(frames: &mut transform::Frames, dir: &Path) -> Result<(), LoadError> {
-    std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+/// Writes every frame to the Parquet file `path(table)` names (uncompressed: DuckDB reads it
+/// back at once).
+pub(crate) fn stage(frames: &mut transform::Frames, path: impl Fn(&str) -> PathBuf) -> Result<(), LoadError> {
     for (name, df) in frames.tables_mut() {
-        let path = dir.join(format!("{name}.parquet"));
+        let path = path(name);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+        }
         let file = std::fs::File::create(&path).map_err(io_err("create", &path))?;
         ParquetWriter::new(file)
             .with_compression(ParquetCompression::Uncompressed)
@@ -211,24 +220,41 @@ pub fn export_parquet(
     run_id: &str,
     grace: std::time::Duration,
 ) -> Result<(), LoadError> {
+    export_tables(conn, out, run_id, grace, false)?;
+    conn.execute("UPDATE runs SET parquet_exported = true WHERE run_id = ?", [run_id])
+        .map_err(|e| LoadError::db("record the export", e))?;
+    Ok(())
+}
+
+/// [`export_parquet`]'s work: every table to a fresh version directory, switched into place.
+/// A fleet warehouse's tables (`keyed`) are partitioned by `organization` first. `label` names
+/// the version directories.
+pub(crate) fn export_tables(
+    conn: &duckdb::Connection,
+    out: &OutDir,
+    label: &str,
+    grace: std::time::Duration,
+    keyed: bool,
+) -> Result<(), LoadError> {
+    let run_id = label;
     let root = out.root().join("parquet");
     std::fs::create_dir_all(&root).map_err(io_err("create", &root))?;
     for (i, table) in warehouse::exported_tables().into_iter().enumerate() {
         let version = root.join(format!(".{table}-{run_id}-{}", crate::out::new_run_id()));
         let partition = matches!(table, "content_daily" | "wow_deltas");
-        let target = if partition { version.clone() } else { version.join("data.parquet") };
-        if !partition {
+        // A partitioned export writes into the version directory itself.
+        let target = if partition || keyed { version.clone() } else { version.join("data.parquet") };
+        if !(partition || keyed) {
             std::fs::create_dir_all(&version).map_err(io_err("create", &version))?;
         }
-        let select = if partition {
-            format!("SELECT *, year(date) AS year FROM {table} ORDER BY {}", warehouse::order_by(table))
-        } else {
-            format!("SELECT * FROM {table} ORDER BY {}", warehouse::order_by(table))
-        };
-        let options = if partition {
-            "FORMAT parquet, COMPRESSION zstd, PARTITION_BY (year)"
-        } else {
-            "FORMAT parquet, COMPRESSION zstd"
+        let year = if partition { ", year(date) AS year" } else { "" };
+        let key = if keyed { "organization, " } else { "" };
+        let select = format!("SELECT *{year} FROM {table} ORDER BY {key}{}", warehouse::order_by(table));
+        let options = match (keyed, partition) {
+            (true, true) => "FORMAT parquet, COMPRESSION zstd, PARTITION_BY (organization, year)",
+            (true, false) => "FORMAT parquet, COMPRESSION zstd, PARTITION_BY (organization)",
+            (false, true) => "FORMAT parquet, COMPRESSION zstd, PARTITION_BY (year)",
+            (false, false) => "FORMAT parquet, COMPRESSION zstd",
         };
         let path = target.display().to_string().replace('\'', "''");
         conn.execute_batch(&format!("COPY ({select}) TO '{path}' ({options});"))
@@ -252,8 +278,6 @@ pub fn export_parquet(
         }
     }
     clean_versions(&root, grace);
-    conn.execute("UPDATE runs SET parquet_exported = true WHERE run_id = ?", [run_id])
-        .map_err(|e| LoadError::db("record the export", e))?;
     Ok(())
 }
 
@@ -359,7 +383,18 @@ fn clean_leftovers(out: &OutDir) {
 
 /// Loads a raw run into the warehouse and the Parquet tree. The caller holds the lock.
 pub fn run(config: &LoadConfig, run_id: &str, extract_report: Option<&ExtractReport>) -> Result<LoadReport, LoadError> {
-    let extracted = read_extracted(&config.out, run_id)?;
+    let extracted = read_checked(&config.out, run_id, extract_report)?;
+    load_extracted(config, extracted, extract_report)
+}
+
+/// Reads a raw run's landing back for a load: refused when the run did not finish extracting,
+/// or when its landing holds fewer applications or days than its extract reported.
+pub fn read_checked(
+    out: &OutDir,
+    run_id: &str,
+    extract_report: Option<&ExtractReport>,
+) -> Result<Extracted, LoadError> {
+    let extracted = read_extracted(out, run_id)?;
     if !extracted.complete {
         return Err(LoadError::Incomplete(run_id.to_owned()));
     }
@@ -375,7 +410,86 @@ pub fn run(config: &LoadConfig, run_id: &str, extract_report: Option<&ExtractRep
             return Err(LoadError::Shrunk { run_id: run_id.to_owned(), what, found, reported });
         }
     }
-    load_extracted(config, extracted, extract_report)
+    Ok(extracted)
+}
+
+/// Milliseconds per step of a load, as the report gives them.
+pub(crate) struct Laps {
+    at: Instant,
+    pub stages_ms: BTreeMap<String, u64>,
+}
+
+impl Laps {
+    pub(crate) fn start() -> Self {
+        Laps { at: Instant::now(), stages_ms: BTreeMap::new() }
+    }
+
+    /// Records the time since the last lap as `name`.
+    pub(crate) fn lap(&mut self, name: &str) {
+        self.stages_ms.insert(name.to_owned(), self.at.elapsed().as_millis() as u64);
+        self.at = Instant::now();
+    }
+}
+
+/// A run merged with the warehouse's previous state, checked and transformed: what a load
+/// writes in its transaction.
+pub(crate) struct Prepared {
+    pub spec: crate::extract::RunSpec,
+    pub frames: transform::Frames,
+    pub quality: QualityReport,
+}
+
+/// Steps 1 and 2 of a load: the previous state read through `conn` (a warehouse, or one
+/// organization's views of a fleet warehouse), merged with the run, checked and transformed.
+/// Nothing is written.
+pub(crate) fn prepare(
+    conn: &duckdb::Connection,
+    extracted: Extracted,
+    cohort_edges: &[i64],
+    laps: &mut Laps,
+) -> Result<Prepared, LoadError> {
+    let Extracted { spec, applications: mut apps, content, quick, .. } = extracted;
+    let run_id = spec.run_id.as_str();
+    let merged_content = merge_content(warehouse::content(conn)?, &content);
+    if let Some(keep) = out_of_scope(&spec.statuses, spec.campaign_id) {
+        add_from_warehouse(conn, &mut apps, &keep)?;
+    }
+    if let Some(quick) = &quick {
+        // A quick run is a difference from the warehouse's state at its snapshot: it loads on
+        // top of exactly that state (or again on its own).
+        let latest = warehouse::latest_run(conn)?;
+        if latest.as_deref() != Some(quick.base_run.as_str()) && latest.as_deref() != Some(run_id) {
+            return Err(LoadError::StaleQuick {
+                run_id: run_id.to_owned(),
+                base: quick.base_run.clone(),
+                latest: latest.unwrap_or_else(|| "none".into()),
+            });
+        }
+        let kept: Vec<String> = quick.kept().map(|id| id.to_string()).collect();
+        if !kept.is_empty() {
+            add_from_warehouse(conn, &mut apps, &format!("id IN ({})", kept.join(",")))?;
+        }
+    }
+    apps.sort_by_key(|o| o.app.id);
+    laps.lap("read_state");
+    transform::check_sums(&apps, &merged_content).map_err(LoadError::Quality)?;
+    let windows = crate::extract::landing::windows(spec.from, spec.to, spec.window_days);
+    let mut quality = check_quality(&merged_content, &content, &windows);
+    quality.duplicate_keys = apps.windows(2).filter(|w| w[0].app.id == w[1].app.id).count() as u64;
+    apps.dedup_by_key(|o| o.app.id);
+    if quality.duplicate_keys > 0 {
+        quality.findings.push(format!("{} duplicate application ids (kept once)", quality.duplicate_keys));
+    }
+    let frames = transform::run(&apps, &merged_content, cohort_edges)?;
+    laps.lap("transform");
+    Ok(Prepared { spec, frames, quality })
+}
+
+impl QualityReport {
+    /// The findings `--strict` fails a load on (status changes are not among them).
+    pub(crate) fn fails_strict(&self) -> bool {
+        self.last_mismatches > 0 || self.total_mismatches > 0 || self.duplicate_keys > 0
+    }
 }
 
 /// Loads extracted data (read from a landing, or built by a benchmark). It takes the data, so
@@ -386,56 +500,16 @@ pub fn load_extracted(
     extract_report: Option<&ExtractReport>,
 ) -> Result<LoadReport, LoadError> {
     let started = Instant::now();
-    let Extracted { spec, applications: mut apps, content, quick, .. } = extracted;
-    let run_id = spec.run_id.as_str();
-    let mut stages_ms = BTreeMap::new();
-    let mut lap = {
-        let mut t = Instant::now();
-        move |name: &str, stages: &mut BTreeMap<String, u64>| {
-            stages.insert(name.to_owned(), t.elapsed().as_millis() as u64);
-            t = Instant::now();
-        }
-    };
+    let mut laps = Laps::start();
     let conn = warehouse::open_writer(&config.out)?;
     clean_leftovers(&config.out);
     finish_interrupted_export(&conn, &config.out, config.parquet_grace)?;
-    let merged_content = merge_content(warehouse::content(&conn)?, &content);
-    if let Some(keep) = out_of_scope(&spec.statuses, spec.campaign_id) {
-        add_from_warehouse(&conn, &mut apps, &keep)?;
-    }
-    if let Some(quick) = &quick {
-        // A quick run is a difference from the warehouse's state at its snapshot: it loads on
-        // top of exactly that state (or again on its own).
-        let latest = warehouse::latest_run(&conn)?;
-        if latest.as_deref() != Some(quick.base_run.as_str()) && latest.as_deref() != Some(run_id) {
-            return Err(LoadError::StaleQuick {
-                run_id: run_id.to_owned(),
-                base: quick.base_run.clone(),
-                latest: latest.unwrap_or_else(|| "none".into()),
-            });
-        }
-        let kept: Vec<String> = quick.kept().map(|id| id.to_string()).collect();
-        if !kept.is_empty() {
-            add_from_warehouse(&conn, &mut apps, &format!("id IN ({})", kept.join(",")))?;
-        }
-    }
-    apps.sort_by_key(|o| o.app.id);
-    lap("read_state", &mut stages_ms);
-    transform::check_sums(&apps, &merged_content).map_err(LoadError::Quality)?;
-    let windows = crate::extract::landing::windows(spec.from, spec.to, spec.window_days);
-    let mut quality = check_quality(&merged_content, &content, &windows);
-    quality.duplicate_keys = apps.windows(2).filter(|w| w[0].app.id == w[1].app.id).count() as u64;
-    apps.dedup_by_key(|o| o.app.id);
-    if quality.duplicate_keys > 0 {
-        quality.findings.push(format!("{} duplicate application ids (kept once)", quality.duplicate_keys));
-    }
-
-    let mut frames = transform::run(&apps, &merged_content, &config.cohort_edges)?;
-    lap("transform", &mut stages_ms);
+    let Prepared { spec, mut frames, mut quality } = prepare(&conn, extracted, &config.cohort_edges, &mut laps)?;
+    let run_id = spec.run_id.as_str();
     let staging = config.out.root().join(".staging").join(run_id);
-    stage(&mut frames, &staging)?;
+    stage(&mut frames, |name| staging.join(format!("{name}.parquet")))?;
     drop(frames);
-    lap("stage", &mut stages_ms);
+    laps.lap("stage");
     let mut sql = String::from("BEGIN TRANSACTION;\n");
     sql.push_str(&warehouse::swap_in_sql(&staging));
     if let Err(e) = conn.execute_batch(&sql) {
@@ -449,12 +523,11 @@ pub fn load_extracted(
                 .findings
                 .push(format!("{} applications changed status since the previous load", quality.status_changes));
         }
-        if config.strict && (quality.last_mismatches > 0 || quality.total_mismatches > 0 || quality.duplicate_keys > 0)
-        {
+        if config.strict && quality.fails_strict() {
             return Err(LoadError::Strict(quality.findings.join("; ")));
         }
         let rows = warehouse::row_counts(&conn)?;
-        record_run(&conn, &spec, extract_report, &rows, &quality, &stages_ms)?;
+        record_run(&conn, None, &spec, extract_report, &rows, &quality, &laps.stages_ms)?;
         crate::out::crash_point("load-before-commit");
         conn.execute_batch("COMMIT;").map_err(|e| LoadError::db("commit the load", e))?;
         Ok(rows)
@@ -466,13 +539,14 @@ pub fn load_extracted(
             return Err(e);
         }
     };
-    lap("transaction", &mut stages_ms);
+    laps.lap("transaction");
     let _ = std::fs::remove_dir_all(&staging);
     let _ = staging.parent().map(std::fs::remove_dir);
     export_parquet(&conn, &config.out, run_id, config.parquet_grace)?;
-    lap("export", &mut stages_ms);
+    laps.lap("export");
     warehouse::publish(conn, &config.out)?;
-    lap("publish", &mut stages_ms);
+    laps.lap("publish");
+    let mut stages_ms = laps.stages_ms;
     stages_ms.insert("total".to_owned(), started.elapsed().as_millis() as u64);
     for f in &quality.findings {
         tracing::warn!(finding = %f, "data quality");
@@ -488,8 +562,10 @@ pub fn load_extracted(
     })
 }
 
-fn record_run(
+/// Records the run in the `runs` ledger; in a fleet warehouse, as organization `org`'s.
+pub(crate) fn record_run(
     conn: &duckdb::Connection,
+    org: Option<&str>,
     spec: &crate::extract::RunSpec,
     report: Option<&ExtractReport>,
     rows: &BTreeMap<String, u64>,
@@ -499,9 +575,22 @@ fn record_run(
     // Loading the run the warehouse holds again rebuilds the same tables: its ledger row stays
     // as the first load wrote it (when it finished, what it found, what it rests on). Loading
     // an older run replaces its row, since the warehouse then holds that run's data.
-    if warehouse::latest_run(conn)?.as_deref() == Some(spec.run_id.as_str()) {
+    let latest = match org {
+        None => warehouse::latest_run(conn)?,
+        Some(org) => conn
+            .query_row("SELECT run_id FROM runs WHERE organization = ? ORDER BY finished_at DESC LIMIT 1", [org], |r| {
+                r.get::<_, String>(0)
+            })
+            .optional()
+            .map_err(|e| LoadError::db("read `runs`", e))?,
+    };
+    if latest.as_deref() == Some(spec.run_id.as_str()) {
         return Ok(());
     }
+    let (org_column, org_value) = match org {
+        Some(org) => ("organization, ", format!("'{}', ", org.replace('\'', "''"))),
+        None => ("", String::new()),
+    };
     let transform_ms = stages_ms.get("transform").copied().unwrap_or_default();
     let load_ms: u64 = stages_ms.iter().filter(|(k, _)| *k != "transform").map(|(_, v)| v).sum();
     let json = |v: serde_json::Value| v.to_string();
@@ -509,12 +598,12 @@ fn record_run(
     let warnings: Vec<String> =
         report.map(|r| r.warnings.clone()).unwrap_or_default().into_iter().chain(quality.findings.clone()).collect();
     conn.execute(
-        "INSERT OR REPLACE INTO runs (run_id, started_at, finished_at, status, extract_ms, transform_ms, load_ms, \
+        &format!("INSERT OR REPLACE INTO runs ({org_column}run_id, started_at, finished_at, status, extract_ms, transform_ms, load_ms, \
          requests, retries, rate_limited, pacing_wait_ms, rows_json, warnings_json, status_changes, \
          parquet_exported, report_json, warnings, sync_mode, sync_scope, pages_verified, last_reconcile_at, \
          counts_agree) \
-         VALUES (?, ?::TIMESTAMPTZ, now(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false, ?, ?, ?, ?, ?, \
-         CASE WHEN ? = 'full' THEN now() ELSE ?::TIMESTAMPTZ END, ?)",
+         VALUES ({org_value}?, ?::TIMESTAMPTZ, now(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false, ?, ?, ?, ?, ?, \
+         CASE WHEN ? = 'full' THEN now() ELSE ?::TIMESTAMPTZ END, ?)"),
         duckdb::params![
             spec.run_id,
             report.map(|r| r.started_at.to_rfc3339()),

@@ -165,6 +165,15 @@ const WRITER_WAIT: Duration = Duration::from_secs(5);
 /// warehouse of the layout before the reader snapshot (only `OUT/warehouse.duckdb`) is adopted
 /// by copying it. The caller holds the `--out` lock.
 pub fn open_writer(out: &OutDir) -> Result<Connection, LoadError> {
+    open_writer_with(out, migrate)
+}
+
+/// [`open_writer`] with the schema `migrate` brings the file to: one organization's, or a
+/// fleet's ([`super::fleet`]).
+pub(crate) fn open_writer_with(
+    out: &OutDir,
+    migrate: fn(&Connection) -> Result<i32, LoadError>,
+) -> Result<Connection, LoadError> {
     let path = writer_path(out);
     let legacy = published_path(out);
     std::fs::create_dir_all(out.state_dir()).map_err(crate::out::io_err("create", &out.state_dir()))?;
@@ -314,6 +323,13 @@ pub fn no_downloads(conn: &Connection) -> duckdb::Result<()> {
 
 /// Applies every migration above the warehouse's version, each in its own transaction.
 pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
+    if super::fleet::is_fleet(conn)? {
+        return Err(LoadError::Kind(
+            "this is a fleet's warehouse (every table keyed by `organization`), written by `fleet run`; \
+             read it with `creator-etl query --org NAME`, and sync its organizations with `fleet run`"
+                .into(),
+        ));
+    }
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_at TIMESTAMPTZ NOT NULL);",
     )
@@ -368,24 +384,69 @@ pub fn swap_in_sql(staging: &Path) -> String {
 /// SCD2 on `application_status_history`: close the current row of every application whose
 /// status changed and open a new one; first sightings open a row. Returns the changes.
 pub fn record_history(conn: &Connection) -> Result<u64, LoadError> {
+    let [close, open, first] = history_statements(None);
     let changed = conn
-        .execute(
-            "UPDATE application_status_history AS h SET valid_to = a.last_seen_at \
-             FROM applications AS a \
-             WHERE h.id = a.id AND h.valid_to IS NULL AND h.status <> a.status AND a.last_seen_at > h.valid_from",
-            params![],
-        )
+        .execute(&close, params![])
         .map_err(|e| LoadError::db("close changed statuses in `application_status_history`", e))?;
-    conn.execute_batch(
-        "INSERT INTO application_status_history \
-         SELECT a.id, a.status, a.last_seen_at, NULL FROM applications AS a \
-         WHERE NOT EXISTS (SELECT 1 FROM application_status_history AS h WHERE h.id = a.id AND h.valid_to IS NULL);\n\
-         UPDATE applications AS a SET first_seen_at = f.first FROM \
-         (SELECT id, min(valid_from) AS first FROM application_status_history GROUP BY id) AS f \
-         WHERE a.id = f.id AND f.first < a.first_seen_at;",
-    )
-    .map_err(|e| LoadError::db("open statuses in `application_status_history`", e))?;
+    conn.execute_batch(&format!("{open};\n{first};"))
+        .map_err(|e| LoadError::db("open statuses in `application_status_history`", e))?;
     Ok(changed as u64)
+}
+
+/// [`record_history`] in a fleet warehouse, for the organizations `orgs` only, each
+/// application's history its organization's. Returns the changes per organization.
+pub fn record_history_of(
+    conn: &Connection,
+    orgs: &[String],
+) -> Result<std::collections::BTreeMap<String, u64>, LoadError> {
+    let [close, open, first] = history_statements(Some(&sql_list(orgs)));
+    let failed = |e| LoadError::db("close changed statuses in `application_status_history`", e);
+    let mut stmt = conn.prepare(&format!("{close} RETURNING h.organization")).map_err(failed)?;
+    let mut changed = std::collections::BTreeMap::new();
+    for org in stmt.query_map([], |r| r.get::<_, String>(0)).map_err(failed)? {
+        *changed.entry(org.map_err(failed)?).or_insert(0) += 1;
+    }
+    conn.execute_batch(&format!("{open};\n{first};"))
+        .map_err(|e| LoadError::db("open statuses in `application_status_history`", e))?;
+    Ok(changed)
+}
+
+/// The SCD2 statements: close the changed, open the new, and carry the first sighting into
+/// `applications.first_seen_at`. With `orgs` (an SQL list), only those organizations' rows of a
+/// fleet warehouse, matched by organization.
+fn history_statements(orgs: Option<&str>) -> [String; 3] {
+    let (key, first_key, scope, org_column, group, only) = match orgs {
+        Some(list) => (
+            "h.organization = a.organization AND ",
+            "a.organization = f.organization AND ",
+            format!("a.organization IN ({list}) AND "),
+            "a.organization, ",
+            "organization, ",
+            format!("WHERE organization IN ({list}) "),
+        ),
+        None => ("", "", String::new(), "", "", String::new()),
+    };
+    [
+        format!(
+            "UPDATE application_status_history AS h SET valid_to = a.last_seen_at FROM applications AS a \
+             WHERE {scope}{key}h.id = a.id AND h.valid_to IS NULL AND h.status <> a.status AND a.last_seen_at > h.valid_from"
+        ),
+        format!(
+            "INSERT INTO application_status_history \
+             SELECT {org_column}a.id, a.status, a.last_seen_at, NULL FROM applications AS a \
+             WHERE {scope}NOT EXISTS (SELECT 1 FROM application_status_history AS h WHERE {key}h.id = a.id AND h.valid_to IS NULL)"
+        ),
+        format!(
+            "UPDATE applications AS a SET first_seen_at = f.first FROM \
+             (SELECT {group}id, min(valid_from) AS first FROM application_status_history {only}GROUP BY {group}id) AS f \
+             WHERE {first_key}a.id = f.id AND f.first < a.first_seen_at"
+        ),
+    ]
+}
+
+/// Names as an SQL list of string literals: `'a', 'b'`.
+pub fn sql_list(names: &[String]) -> String {
+    names.iter().map(|n| format!("'{}'", n.replace('\'', "''"))).collect::<Vec<_>>().join(", ")
 }
 
 /// Rows per table, for the report and the ledger.

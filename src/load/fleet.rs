@@ -1,0 +1,734 @@
+//! The fleet warehouse: every organization of a fleet in one DuckDB file, with the lake's
+//! schema (every table has `organization`), loaded in batches.
+//!
+//! `fleet run` keeps it under the fleet's `--out` as any warehouse is kept: the writer's file
+//! `OUT/state/warehouse.duckdb`, published to readers as `OUT/warehouse.duckdb`, and one Parquet
+//! tree `OUT/parquet/<table>/organization=<name>/…`. What must stay an organization's own stays
+//! under `OUT/orgs/<name>/`: its raw landing, resume state, lock, pacing memory and action
+//! journal.
+//!
+//! - **Reading one organization.** [`FleetWarehouse::with_org`] shadows every table with a
+//!   temporary view of that organization's rows, without the `organization` column, so the
+//!   one-organization readers (the quick sync's snapshot, the content cursor, the load's previous
+//!   state) read it unchanged.
+//! - **Loading a batch.** [`FleetWarehouse::load`] prepares each member as a one-organization
+//!   load does (previous state, checks, transform), stages its frames as Parquet, and replaces
+//!   every member's rows in one transaction: per table, `DELETE … WHERE organization IN (…)`
+//!   and one `INSERT` of the staged files; then the status history (SCD2) and one `runs` row per
+//!   member. A member that fails its preparation (a data-quality failure under `--strict`, an
+//!   unreadable row) fails alone; a transaction that fails is retried member by member, so one
+//!   member's error never costs the others their load. A crash before `COMMIT` leaves every
+//!   member as it was: each resumes and converges on the next run.
+//! - **Publishing.** [`FleetWarehouse::publish`] exports the Parquet tree and publishes the
+//!   snapshot, for all the batches loaded since the last publish; the caller decides how often.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use duckdb::Connection;
+
+use super::warehouse::{self, sql_list, TABLES};
+use super::{export_tables, prepare, record_run, stage, Laps, LoadError, LoadReport};
+use crate::extract::{ExtractReport, Extracted};
+use crate::out::OutDir;
+
+/// The schema version of a fleet warehouse this version writes.
+pub const FLEET_SCHEMA_VERSION: i32 = 1;
+
+/// The marker of a fleet warehouse: its schema versions (one organization's warehouse has
+/// `schema_version`).
+const MARKER: &str = "fleet_schema_version";
+
+/// The tables of a fleet warehouse beyond [`TABLES`], with their DDL.
+const OWN_TABLES: [(&str, &str); 3] = [
+    (
+        "application_status_history",
+        "organization VARCHAR NOT NULL, id BIGINT NOT NULL, status VARCHAR NOT NULL, \
+         valid_from TIMESTAMPTZ NOT NULL, valid_to TIMESTAMPTZ, PRIMARY KEY (organization, id, valid_from)",
+    ),
+    (
+        "runs",
+        "organization VARCHAR NOT NULL, run_id VARCHAR NOT NULL, started_at TIMESTAMPTZ, finished_at TIMESTAMPTZ, \
+         status VARCHAR NOT NULL, extract_ms BIGINT, transform_ms BIGINT, load_ms BIGINT, requests BIGINT, \
+         retries BIGINT, rate_limited BIGINT, pacing_wait_ms BIGINT, rows_json VARCHAR, warnings_json VARCHAR, \
+         status_changes BIGINT, parquet_exported BOOLEAN NOT NULL DEFAULT false, report_json VARCHAR, \
+         warnings BIGINT, sync_mode VARCHAR, sync_scope VARCHAR, pages_verified BIGINT, \
+         last_reconcile_at TIMESTAMPTZ, counts_agree BOOLEAN, PRIMARY KEY (organization, run_id)",
+    ),
+    (
+        "action_results",
+        "organization VARCHAR NOT NULL, run_id VARCHAR NOT NULL, file VARCHAR NOT NULL, line BIGINT NOT NULL, \
+         row_id VARCHAR, action VARCHAR NOT NULL, target VARCHAR NOT NULL, approved BOOLEAN NOT NULL, \
+         outcome VARCHAR NOT NULL, http_status INTEGER, message VARCHAR, fingerprint VARCHAR NOT NULL, \
+         reviewer VARCHAR, finished_at TIMESTAMPTZ NOT NULL, PRIMARY KEY (organization, run_id, line)",
+    ),
+];
+
+/// Every table of a fleet warehouse, by name.
+pub fn tables() -> Vec<&'static str> {
+    TABLES.iter().chain(&OWN_TABLES).map(|(n, _)| *n).collect()
+}
+
+/// One organization's table DDL keyed by organization: `organization` first, and first in the
+/// primary key.
+fn keyed(ddl: &str) -> String {
+    // `id BIGINT PRIMARY KEY, …`: the key moves to a constraint of its own.
+    let ddl = match ddl.find(" PRIMARY KEY,") {
+        Some(at) => {
+            let column = ddl[..at].split_whitespace().next().unwrap_or_default();
+            format!("{} NOT NULL,{}, PRIMARY KEY ({column})", &ddl[..at], &ddl[at + " PRIMARY KEY,".len()..])
+        }
+        None => ddl.to_owned(),
+    };
+    format!("organization VARCHAR NOT NULL, {}", ddl.replace("PRIMARY KEY (", "PRIMARY KEY (organization, "))
+}
+
+/// Whether the warehouse `conn` is a fleet's.
+pub fn is_fleet(conn: &Connection) -> Result<bool, LoadError> {
+    conn.query_row("SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = ?", [MARKER], |r| r.get(0))
+        .map_err(|e| LoadError::db("read the schema", e))
+}
+
+/// Brings a fleet warehouse to [`FLEET_SCHEMA_VERSION`]; refuses one organization's warehouse.
+pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
+    let single: bool = conn
+        .query_row("SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = 'schema_version'", [], |r| {
+            r.get(0)
+        })
+        .map_err(|e| LoadError::db("read the schema", e))?;
+    if single {
+        return Err(LoadError::Kind(
+            "this is one organization's warehouse, not a fleet's: `fleet run` keeps its warehouse under its own \
+             `--out` (give it a directory of its own, or `--per-org-warehouses` to keep one warehouse per organization)"
+                .into(),
+        ));
+    }
+    conn.execute_batch(&format!(
+        "CREATE TABLE IF NOT EXISTS {MARKER} (version INTEGER NOT NULL, applied_at TIMESTAMPTZ NOT NULL);"
+    ))
+    .map_err(|e| LoadError::db(format!("create `{MARKER}`"), e))?;
+    let current: i32 = conn
+        .query_row(&format!("SELECT coalesce(max(version), 0) FROM {MARKER}"), [], |r| r.get(0))
+        .map_err(|e| LoadError::db("read the schema version", e))?;
+    if current > FLEET_SCHEMA_VERSION {
+        return Err(LoadError::NewerSchema { found: current, supported: FLEET_SCHEMA_VERSION });
+    }
+    if current < 1 {
+        let mut batch = String::from("BEGIN TRANSACTION;\n");
+        for (name, ddl) in TABLES {
+            batch.push_str(&format!("CREATE TABLE IF NOT EXISTS {name} ({});\n", keyed(ddl)));
+        }
+        for (name, ddl) in OWN_TABLES {
+            batch.push_str(&format!("CREATE TABLE IF NOT EXISTS {name} ({ddl});\n"));
+        }
+        batch.push_str(&format!("INSERT INTO {MARKER} VALUES (1, now());\nCOMMIT;"));
+        if let Err(e) = conn.execute_batch(&batch) {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(LoadError::db("create the fleet warehouse's tables", e));
+        }
+    }
+    Ok(FLEET_SCHEMA_VERSION)
+}
+
+/// One member's outcome of a batch: its name, and its load's report or error.
+pub type Outcome = (String, Result<LoadReport, LoadError>);
+
+/// One organization's extracted run, for a batch.
+pub struct Member {
+    pub org: String,
+    pub extracted: Extracted,
+    pub report: Option<ExtractReport>,
+}
+
+/// What every member of a fleet's batches is loaded with.
+#[derive(Clone, Debug)]
+pub struct BatchConfig {
+    pub cohort_edges: Vec<i64>,
+    /// A member whose data-quality checks find a problem fails (alone).
+    pub strict: bool,
+    /// How long a replaced Parquet version stays for readers.
+    pub parquet_grace: Duration,
+}
+
+/// A member prepared and staged: what the batch's transaction writes.
+struct Ready {
+    org: String,
+    spec: crate::extract::RunSpec,
+    quality: super::QualityReport,
+    report: Option<ExtractReport>,
+    laps: BTreeMap<String, u64>,
+}
+
+/// The fleet's writer warehouse, held open across batches. The caller holds the fleet's
+/// `--out` lock.
+pub struct FleetWarehouse {
+    out: OutDir,
+    conn: Option<Connection>,
+    grace: Duration,
+    /// Loads since the last publish (or an export a crash interrupted).
+    unpublished: bool,
+    /// The organizations with a loaded run.
+    loaded: BTreeSet<String>,
+}
+
+impl FleetWarehouse {
+    /// Opens (creating) the fleet warehouse under `out` and brings its schema up to date.
+    pub fn open(out: &OutDir, grace: Duration) -> Result<Self, LoadError> {
+        let mut w = FleetWarehouse { out: out.clone(), conn: None, grace, unpublished: false, loaded: BTreeSet::new() };
+        super::clean_leftovers(out);
+        let conn = w.conn()?;
+        // A crash between a batch's commit and the publish left the readers behind.
+        let unpublished = conn
+            .query_row("SELECT count(*) > 0 FROM runs WHERE NOT parquet_exported", [], |r| r.get(0))
+            .map_err(|e| LoadError::db("read `runs`", e))?;
+        w.unpublished = unpublished;
+        w.loaded = w.organizations()?;
+        Ok(w)
+    }
+
+    /// The open connection, reopened after a publish closed it.
+    fn conn(&mut self) -> Result<&Connection, LoadError> {
+        if self.conn.is_none() {
+            self.conn = Some(warehouse::open_writer_with(&self.out, migrate)?);
+        }
+        Ok(self.conn.as_ref().expect("opened above"))
+    }
+
+    /// The organizations with a loaded run.
+    pub fn organizations(&mut self) -> Result<BTreeSet<String>, LoadError> {
+        let conn = self.conn()?;
+        let mut stmt =
+            conn.prepare("SELECT DISTINCT organization FROM runs").map_err(|e| LoadError::db("read `runs`", e))?;
+        let orgs = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(|e| LoadError::db("read `runs`", e))?
+            .collect::<Result<BTreeSet<_>, _>>()
+            .map_err(|e| LoadError::db("read `runs`", e))?;
+        Ok(orgs)
+    }
+
+    /// Runs `read` on organization `org`'s rows: every table is shadowed by a temporary view of
+    /// them, without `organization`, while it runs.
+    pub fn with_org<T>(
+        &mut self,
+        org: &str,
+        read: impl FnOnce(&Connection) -> Result<T, LoadError>,
+    ) -> Result<T, LoadError> {
+        let conn = self.conn()?;
+        let db: String = conn
+            .query_row("SELECT current_database()", [], |r| r.get(0))
+            .map_err(|e| LoadError::db("read the database's name", e))?;
+        let db = db.replace('"', "\"\"");
+        let org_literal = sql_list(&[org.to_owned()]);
+        let mut views = String::new();
+        let mut drop = String::new();
+        for t in tables() {
+            views.push_str(&format!(
+                "CREATE OR REPLACE TEMP VIEW {t} AS SELECT * EXCLUDE (organization) FROM \"{db}\".main.{t} \
+                 WHERE organization = {org_literal};\n"
+            ));
+            drop.push_str(&format!("DROP VIEW IF EXISTS temp.main.{t};\n"));
+        }
+        conn.execute_batch(&views).map_err(|e| LoadError::db(format!("read organization `{org}`'s rows"), e))?;
+        let result = read(conn);
+        conn.execute_batch(&drop).map_err(|e| LoadError::db("drop the organization's views", e))?;
+        result
+    }
+
+    /// Loads a batch: every member prepared and staged, then all of them in one transaction.
+    /// Returns each member's outcome, in the order given; a member's error is its own.
+    pub fn load(&mut self, members: Vec<Member>, config: &BatchConfig) -> Vec<Outcome> {
+        let staging = self.out.root().join(".staging").join(format!("batch-{}", crate::out::new_run_id()));
+        let order: Vec<String> = members.iter().map(|m| m.org.clone()).collect();
+        let mut outcomes: BTreeMap<String, Result<LoadReport, LoadError>> = BTreeMap::new();
+        let mut ready = vec![];
+        for Member { org, extracted, report } in members {
+            let mut laps = Laps::start();
+            let prepared = self.with_org(&org, |conn| prepare(conn, extracted, &config.cohort_edges, &mut laps));
+            let staged = prepared.and_then(|mut p| {
+                if config.strict && p.quality.fails_strict() {
+                    return Err(LoadError::Strict(p.quality.findings.join("; ")));
+                }
+                stage(&mut p.frames, |table| staged_file(&staging, table, &org))?;
+                laps.lap("stage");
+                Ok(Ready { org: org.clone(), spec: p.spec, quality: p.quality, report, laps: laps.stages_ms })
+            });
+            match staged {
+                Ok(r) => ready.push(r),
+                Err(e) => {
+                    outcomes.insert(org, Err(e));
+                }
+            }
+        }
+        for (org, outcome) in self.commit(ready, &staging) {
+            outcomes.insert(org, outcome);
+        }
+        if let Err(e) = std::fs::remove_dir_all(&staging) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %staging.display(), error = %e, "cannot remove a batch's staged files");
+            }
+        }
+        order
+            .into_iter()
+            .map(|org| {
+                let outcome = outcomes.remove(&org).unwrap_or_else(|| {
+                    Err(LoadError::Kind(format!("organization `{org}` was given twice in one batch")))
+                });
+                (org, outcome)
+            })
+            .collect()
+    }
+
+    /// Commits the ready members in one transaction; if it fails, each member alone.
+    fn commit(&mut self, ready: Vec<Ready>, staging: &Path) -> Vec<Outcome> {
+        if ready.is_empty() {
+            return vec![];
+        }
+        match self.commit_all(&ready, staging) {
+            Ok(reports) => reports,
+            Err(e) if ready.len() == 1 => vec![(ready[0].org.clone(), Err(e))],
+            Err(e) => {
+                tracing::warn!(error = %e, members = ready.len(), "a batch's load failed; loading its members one by one");
+                ready.into_iter().flat_map(|r| self.commit(vec![r], staging)).collect()
+            }
+        }
+    }
+
+    fn commit_all(&mut self, ready: &[Ready], staging: &Path) -> Result<Vec<Outcome>, LoadError> {
+        let started = std::time::Instant::now();
+        let published = warehouse::published_path(&self.out);
+        let parquet_dir = self.out.root().join("parquet");
+        let conn = self.conn()?;
+        let orgs: Vec<String> = ready.iter().map(|r| r.org.clone()).collect();
+        let list = sql_list(&orgs);
+        let mut sql = String::from("BEGIN TRANSACTION;\n");
+        for (table, _) in TABLES {
+            let files: Vec<String> = orgs
+                .iter()
+                .map(|org| format!("'{}'", staged_file(staging, table, org).display().to_string().replace('\'', "''")))
+                .collect();
+            sql.push_str(&format!(
+                "DELETE FROM {table} WHERE organization IN ({list});\n\
+                 INSERT INTO {table} BY NAME SELECT * FROM read_parquet([{}], hive_partitioning = true, \
+                 hive_types = {{'organization': VARCHAR}});\n",
+                files.join(", ")
+            ));
+        }
+        if let Err(e) = conn.execute_batch(&sql) {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(LoadError::db("load the batch's tables", e));
+        }
+        let result = (|| {
+            let changes = warehouse::record_history_of(conn, &orgs)?;
+            let rows = row_counts_of(conn, &orgs)?;
+            let mut reports = vec![];
+            for r in ready {
+                let mut quality = r.quality.clone();
+                quality.status_changes = changes.get(&r.org).copied().unwrap_or(0);
+                if quality.status_changes > 0 {
+                    quality.findings.push(format!(
+                        "{} applications changed status since the previous load",
+                        quality.status_changes
+                    ));
+                }
+                let rows = rows.get(&r.org).cloned().unwrap_or_default();
+                record_run(conn, Some(&r.org), &r.spec, r.report.as_ref(), &rows, &quality, &r.laps)?;
+                reports.push((r.org.clone(), quality, rows));
+            }
+            crate::out::crash_point("fleet-load-before-commit");
+            conn.execute_batch("COMMIT;").map_err(|e| LoadError::db("commit the batch", e))?;
+            Ok(reports)
+        })();
+        let reports = match result {
+            Ok(reports) => reports,
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(e);
+            }
+        };
+        self.unpublished = true;
+        self.loaded.extend(orgs);
+        let transaction_ms = started.elapsed().as_millis() as u64;
+        Ok(reports
+            .into_iter()
+            .zip(ready)
+            .map(|((org, quality, rows), r)| {
+                for f in &quality.findings {
+                    tracing::warn!(organization = %org, finding = %f, "data quality");
+                }
+                let mut stages_ms = r.laps.clone();
+                stages_ms.insert("transaction".into(), transaction_ms);
+                stages_ms.insert("total".into(), stages_ms.values().sum());
+                let report = LoadReport {
+                    run_id: r.spec.run_id.clone(),
+                    warehouse: published.clone(),
+                    parquet_dir: parquet_dir.clone(),
+                    rows,
+                    quality,
+                    stages_ms,
+                    lake: None,
+                };
+                (org, Ok(report))
+            })
+            .collect())
+    }
+
+    /// Takes an organization's own warehouse (`own`, from a fleet run with
+    /// `--per-org-warehouses`, or restored from the lake) into the fleet warehouse when the
+    /// fleet warehouse has no run of it: its tables, history, ledger and actions' results, so
+    /// that its quick sync and its history go on from there. Returns whether it did.
+    pub fn adopt(&mut self, org: &str, own: &OutDir) -> Result<bool, LoadError> {
+        if self.loaded.contains(org) || !warehouse::writer_path(own).exists() {
+            return Ok(false);
+        }
+        // An older creator-etl may have written it: bring it to this version's schema first.
+        drop(warehouse::open_writer(own)?);
+        let copied = self.copy_from(org, own, &tables())?;
+        if copied {
+            self.loaded.insert(org.to_owned());
+            tracing::info!(organization = %org, from = %warehouse::writer_path(own).display(), "the organization's own warehouse was taken into the fleet warehouse");
+        }
+        Ok(copied)
+    }
+
+    /// Copies the organization's actions' results from its own warehouse (where its journal
+    /// is) after an actions stage: they replace its rows of `action_results`.
+    pub fn record_actions(&mut self, org: &str, own: &OutDir) -> Result<(), LoadError> {
+        self.copy_from(org, own, &["action_results"]).map(|_| ())
+    }
+
+    /// Replaces the organization's rows of `tables` with those of its own warehouse, in one
+    /// transaction. `false` (nothing changed) when its own warehouse has loaded no run and the
+    /// copy is of every table.
+    fn copy_from(&mut self, org: &str, own: &OutDir, copied: &[&str]) -> Result<bool, LoadError> {
+        let path = warehouse::writer_path(own).display().to_string().replace('\'', "''");
+        let org_literal = sql_list(&[org.to_owned()]);
+        let conn = self.conn()?;
+        conn.execute_batch(&format!("ATTACH '{path}' AS own_warehouse (READ_ONLY);"))
+            .map_err(|e| LoadError::db(format!("open organization `{org}`'s own warehouse"), e))?;
+        let result = (|| {
+            if copied.contains(&"runs") {
+                let runs: i64 = conn
+                    .query_row("SELECT count(*) FROM own_warehouse.runs", [], |r| r.get(0))
+                    .map_err(|e| LoadError::db("read its `runs`", e))?;
+                if runs == 0 {
+                    return Ok(false);
+                }
+            }
+            let mut sql = String::from("BEGIN TRANSACTION;\n");
+            for t in copied {
+                sql.push_str(&format!(
+                    "DELETE FROM {t} WHERE organization = {org_literal};\n\
+                     INSERT INTO {t} BY NAME SELECT {org_literal} AS organization, * FROM own_warehouse.{t};\n"
+                ));
+            }
+            if copied.contains(&"runs") {
+                // Its rows are not in the fleet's Parquet tree yet (a crash before the publish
+                // leaves this for the next one).
+                sql.push_str(&format!(
+                    "UPDATE runs SET parquet_exported = false WHERE organization = {org_literal};\n"
+                ));
+            }
+            sql.push_str("COMMIT;");
+            if let Err(e) = conn.execute_batch(&sql) {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(LoadError::db(format!("copy organization `{org}`'s own warehouse"), e));
+            }
+            Ok(true)
+        })();
+        let detached = conn.execute_batch("DETACH own_warehouse;");
+        let copied = result?;
+        detached.map_err(|e| LoadError::db("close the organization's own warehouse", e))?;
+        if copied {
+            self.unpublished = true;
+        }
+        Ok(copied)
+    }
+
+    /// Whether loads are waiting for [`FleetWarehouse::publish`].
+    pub fn unpublished(&self) -> bool {
+        self.unpublished
+    }
+
+    /// Exports the Parquet tree and publishes the readers' snapshot, with one rename each, if
+    /// anything was loaded since the last publish.
+    pub fn publish(&mut self) -> Result<(), LoadError> {
+        if !self.unpublished {
+            return Ok(());
+        }
+        let (out, grace) = (self.out.clone(), self.grace);
+        let conn = self.conn()?;
+        export_tables(conn, &out, &format!("fleet-{}", crate::out::new_run_id()), grace, true)?;
+        conn.execute("UPDATE runs SET parquet_exported = true WHERE NOT parquet_exported", [])
+            .map_err(|e| LoadError::db("record the export", e))?;
+        let conn = self.conn.take().expect("opened above");
+        warehouse::publish(conn, &out)?;
+        self.unpublished = false;
+        Ok(())
+    }
+}
+
+/// Where a member's table is staged: laid out by organization, which the load reads back as
+/// the `organization` column.
+fn staged_file(staging: &Path, table: &str, org: &str) -> PathBuf {
+    staging.join(table).join(format!("organization={org}")).join("data.parquet")
+}
+
+/// Rows per table of each of `orgs`, for the reports and the ledger; every table is named for
+/// every organization.
+fn row_counts_of(conn: &Connection, orgs: &[String]) -> Result<BTreeMap<String, BTreeMap<String, u64>>, LoadError> {
+    let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    let list = sql_list(orgs);
+    for table in TABLES.iter().map(|(n, _)| *n).chain(["application_status_history"]) {
+        for org in orgs {
+            out.entry(org.clone()).or_default().insert(table.to_owned(), 0);
+        }
+        let failed = |e| LoadError::db(format!("count `{table}`"), e);
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT organization, count(*) FROM {table} WHERE organization IN ({list}) GROUP BY organization"
+            ))
+            .map_err(failed)?;
+        let counts = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))).map_err(failed)?;
+        for c in counts {
+            let (org, n) = c.map_err(failed)?;
+            out.entry(org).or_default().insert(table.to_owned(), n as u64);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::models::{Application, ApplicationStatus, ConnectedAccount, Provider, SignupSource};
+    use crate::extract::{ContentRow, Metric, Observation, RunSpec, SyncMode};
+    use chrono::{DateTime, Duration as Days, NaiveDate, Utc};
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    /// A complete full run of `apps` (id, status) and `days` of content ending 2026-11-01, each
+    /// value offset by `bias` so that organizations differ.
+    fn run(run_id: &str, apps: &[(i64, ApplicationStatus)], days: i64, bias: i64) -> Extracted {
+        let to = NaiveDate::from_ymd_opt(2026, 11, 1).unwrap();
+        let from = to - Days::days(days - 1);
+        let observed = at("2026-11-02T00:00:00Z") + Days::seconds(bias);
+        let applications = apps
+            .iter()
+            .map(|(id, status)| Observation {
+                seq: 0,
+                first_pass: 1,
+                observed_at: observed,
+                app: Application {
+                    id: *id,
+                    status: status.clone(),
+                    campaign_id: 1,
+                    campaign_name: "Spring".into(),
+                    user_id: id * 10,
+                    creator_name: format!("creator {id}"),
+                    email: None,
+                    signup_source: SignupSource::Marketplace,
+                    connected_accounts: vec![ConnectedAccount {
+                        id: id * 100,
+                        provider: Provider::TikTok,
+                        username: None,
+                        monthly_post_count: id % 7 + bias,
+                    }],
+                    applied_at: at("2026-06-01T00:00:00Z") + Days::days(*id),
+                },
+            })
+            .collect();
+        let mut content = vec![];
+        let mut day = from;
+        while day <= to {
+            for metric in [Metric::Views, Metric::Likes] {
+                content.push(ContentRow {
+                    metric,
+                    date: day,
+                    last_date: day - Days::days(7),
+                    current: 100 + bias,
+                    last: 90 + bias,
+                    total: 0,
+                    last_total: 0,
+                });
+            }
+            day += Days::days(1);
+        }
+        // The windows' totals are the sums of their days, as the service sends them.
+        for metric in [Metric::Views, Metric::Likes] {
+            let (total, last_total) =
+                content.iter().filter(|r| r.metric == metric).fold((0, 0), |(a, b), r| (a + r.current, b + r.last));
+            for r in content.iter_mut().filter(|r| r.metric == metric) {
+                r.total = total;
+                r.last_total = last_total;
+            }
+        }
+        Extracted {
+            spec: RunSpec {
+                run_id: run_id.into(),
+                created_at: observed,
+                base_url: "test".into(),
+                statuses: ApplicationStatus::KNOWN.iter().map(|s| s.to_string()).collect(),
+                campaign_id: None,
+                max_passes: 1,
+                from,
+                to,
+                window_days: days as u32,
+                sync: SyncMode::Full,
+                base_run: None,
+            },
+            applications,
+            content,
+            complete: true,
+            quick: None,
+        }
+    }
+
+    fn config(strict: bool) -> BatchConfig {
+        BatchConfig {
+            cohort_edges: crate::transform::DEFAULT_COHORT_EDGES.to_vec(),
+            strict,
+            parquet_grace: Duration::from_secs(3600),
+        }
+    }
+
+    fn member(org: &str, extracted: Extracted) -> Member {
+        Member { org: org.into(), extracted, report: None }
+    }
+
+    fn count(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn keyed_tables_put_the_organization_first_in_the_key() {
+        assert_eq!(
+            keyed("id BIGINT PRIMARY KEY, status VARCHAR NOT NULL"),
+            "organization VARCHAR NOT NULL, id BIGINT NOT NULL, status VARCHAR NOT NULL, PRIMARY KEY (organization, id)"
+        );
+        assert_eq!(
+            keyed("metric VARCHAR NOT NULL, date DATE NOT NULL, PRIMARY KEY (metric, date)"),
+            "organization VARCHAR NOT NULL, metric VARCHAR NOT NULL, date DATE NOT NULL, PRIMARY KEY (organization, metric, date)"
+        );
+    }
+
+    /// Two organizations in one batch, then one of them again: each holds exactly its own rows,
+    /// reads back through its views as one organization's warehouse, and the other's rows, history
+    /// and ledger are untouched.
+    #[test]
+    fn a_batch_replaces_exactly_its_members_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::new(dir.path());
+        let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+        use ApplicationStatus::{Accepted, Pending, Rejected};
+        let outcomes = w.load(
+            vec![
+                member("acme", run("r1", &[(1, Pending), (2, Accepted)], 14, 0)),
+                member("0042", run("r1", &[(1, Rejected), (3, Pending), (4, Pending)], 21, 5)),
+            ],
+            &config(false),
+        );
+        let names: Vec<&str> = outcomes.iter().map(|(o, _)| o.as_str()).collect();
+        assert_eq!(names, ["acme", "0042"], "outcomes come back in the members' order");
+        let reports: BTreeMap<String, LoadReport> =
+            outcomes.into_iter().map(|(o, r)| (o, r.expect("loaded"))).collect();
+        assert_eq!(reports["acme"].rows["applications"], 2);
+        assert_eq!(reports["0042"].rows["applications"], 3);
+        assert_eq!(reports["0042"].rows["content_daily"], 42);
+        assert_eq!(w.organizations().unwrap(), ["0042".to_owned(), "acme".to_owned()].into());
+        // The organization's name is text, never a number read from its path.
+        let conn = w.conn().unwrap();
+        assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = '0042'"), 3);
+        let views = w
+            .with_org("acme", |c| {
+                Ok((
+                    warehouse::applications_where(c, "true")?.len(),
+                    warehouse::content(c)?.len(),
+                    warehouse::latest_run(c)?,
+                ))
+            })
+            .unwrap();
+        assert_eq!(views, (2, 28, Some("r1".to_owned())));
+        // Views are gone after the read: the tables have every organization again.
+        assert_eq!(count(w.conn().unwrap(), "SELECT count(DISTINCT organization) FROM applications"), 2);
+
+        // acme again, one application changed status and one gone: only acme's rows move.
+        let outcomes = w.load(vec![member("acme", run("r2", &[(1, Accepted)], 14, 1))], &config(false));
+        let report = outcomes.into_iter().next().unwrap().1.expect("loaded");
+        assert_eq!(report.quality.status_changes, 1);
+        let conn = w.conn().unwrap();
+        assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = 'acme'"), 1);
+        assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = '0042'"), 3);
+        assert_eq!(
+            count(conn, "SELECT count(*) FROM application_status_history WHERE organization = 'acme' AND id = 1"),
+            2,
+            "acme's application 1: pending, then accepted"
+        );
+        assert_eq!(count(conn, "SELECT count(*) FROM application_status_history WHERE organization = '0042'"), 3);
+        assert_eq!(count(conn, "SELECT count(*) FROM runs WHERE organization = 'acme'"), 2);
+        assert_eq!(count(conn, "SELECT count(*) FROM runs WHERE organization = '0042'"), 1);
+        // Loading the same run again changes nothing.
+        let again = w.load(vec![member("acme", run("r2", &[(1, Accepted)], 14, 1))], &config(false));
+        assert_eq!(again[0].1.as_ref().unwrap().rows, report.rows);
+        assert_eq!(count(w.conn().unwrap(), "SELECT count(*) FROM runs WHERE organization = 'acme'"), 2);
+    }
+
+    /// Under `--strict`, a member whose content fails the checks fails alone: the others of its
+    /// batch load, and its own rows stay as they were.
+    #[test]
+    fn a_failing_member_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::new(dir.path());
+        let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+        use ApplicationStatus::Pending;
+        w.load(vec![member("bad", run("r1", &[(1, Pending)], 7, 0))], &config(true)).pop().unwrap().1.unwrap();
+        let mut broken = run("r2", &[(1, Pending), (2, Pending)], 7, 0);
+        broken.content[0].total += 1; // a window whose total is not the sum of its days
+        let outcomes =
+            w.load(vec![member("good", run("r1", &[(5, Pending)], 7, 2)), member("bad", broken)], &config(true));
+        assert!(outcomes[0].1.is_ok(), "{:?}", outcomes[0].1.as_ref().err().map(|e| e.to_string()));
+        assert!(matches!(outcomes[1].1, Err(LoadError::Strict(_))), "{:?}", outcomes[1].1.as_ref().err());
+        let conn = w.conn().unwrap();
+        assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = 'good'"), 1);
+        assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = 'bad'"), 1, "as it was");
+        assert_eq!(count(conn, "SELECT count(*) FROM runs WHERE organization = 'bad'"), 1);
+    }
+
+    /// The publish writes one Parquet tree partitioned by organization and the readers'
+    /// snapshot; one organization's warehouse refuses to open a fleet's and the other way round.
+    #[test]
+    fn the_publish_writes_a_tree_by_organization_and_the_kinds_are_kept_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::new(dir.path());
+        let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+        use ApplicationStatus::Pending;
+        w.load(
+            vec![member("a", run("r1", &[(1, Pending)], 7, 0)), member("b", run("r1", &[(2, Pending)], 7, 1))],
+            &config(false),
+        );
+        assert!(w.unpublished());
+        w.publish().unwrap();
+        assert!(!w.unpublished());
+        for org in ["a", "b"] {
+            let part = dir.path().join("parquet/applications").join(format!("organization={org}"));
+            assert!(part.is_dir(), "{}", part.display());
+        }
+        assert!(dir.path().join("parquet/content_daily/organization=a/year=2026").is_dir());
+        let snapshot = Connection::open(warehouse::published_path(&out)).unwrap();
+        assert_eq!(count(&snapshot, "SELECT count(*) FROM applications"), 2);
+        drop(snapshot);
+        // After the publish the writer reopens for the next batch.
+        w.load(vec![member("a", run("r2", &[(1, Pending), (3, Pending)], 7, 0))], &config(false));
+        assert_eq!(count(w.conn().unwrap(), "SELECT count(*) FROM applications"), 3);
+        drop(w);
+        let err = warehouse::open_writer(&out).unwrap_err();
+        assert!(matches!(err, LoadError::Kind(_)), "{err}");
+        let single = tempfile::tempdir().unwrap();
+        drop(warehouse::open_writer(&OutDir::new(single.path())).unwrap());
+        let err = FleetWarehouse::open(&OutDir::new(single.path()), Duration::ZERO).err().expect("refused");
+        assert!(matches!(err, LoadError::Kind(_)), "{err}");
+    }
+}
