@@ -5,7 +5,9 @@
 //! (sampled from /proc every 20 ms).
 //!
 //! `cargo bench --profile dev --bench fleet -- [--orgs N] [--applications N] [--interval-ms MS]
-//! [--reps N] [--max-requests N] [--max-loads N] [--again] [--floor]`
+//! [--reps N] [--max-requests N] [--max-loads N] [--warehouse fleet|per-org] [--again] [--floor]`
+//!
+//! `--warehouse` is passed to `fleet run` (default `per-org`, the command's own default).
 //!
 //! `--again` runs every repetition on the same `--out`, after a first full sync that is not
 //! counted: a scheduled fleet's steady state, quick syncs of unchanged organizations.
@@ -133,6 +135,12 @@ fn main() {
     let reps = arg("--reps", 3) as usize;
     let max_requests = arg("--max-requests", 0);
     let max_loads = arg("--max-loads", 2);
+    let args: Vec<String> = std::env::args().collect();
+    let warehouse = args
+        .iter()
+        .position(|a| a == "--warehouse")
+        .and_then(|i| args.get(i + 1).cloned())
+        .unwrap_or_else(|| "per-org".to_owned());
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -161,7 +169,7 @@ fn main() {
     std::fs::File::create(&file).unwrap().write_all(text.as_bytes()).unwrap();
 
     println!(
-        "fleet: {orgs} organizations x {applications} applications, {interval} ms per key, --max-loads {max_loads}{}",
+        "fleet: {orgs} organizations x {applications} applications, {interval} ms per key, --warehouse {warehouse}, --max-loads {max_loads}{}",
         if max_requests > 0 { format!(", --max-requests-per-org {max_requests}") } else { String::new() }
     );
     let (mut walls, mut ratios, mut rss, mut cpu) = (vec![], vec![], vec![], vec![]);
@@ -177,7 +185,7 @@ fn main() {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_creator-etl"));
         cmd.args(["--quiet", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "fleet", "run", "--config"])
             .arg(&file)
-            .args(["--max-loads", &max_loads.to_string()])
+            .args(["--max-loads", &max_loads.to_string(), "--warehouse", &warehouse])
             .env_remove("CREATOR_ETL_LAKE")
             .stdout(Stdio::piped())
             .stderr(Stdio::null());

@@ -7,6 +7,10 @@ The data is either
   AWS variables), read with `deltalake` and queried by DuckDB over Arrow. CREATOR_ETL_ORG picks
   one organization; the views then have the warehouse's columns, as `creator-etl query --org`.
 
+A fleet's warehouse (`fleet run --warehouse fleet`, every table with `organization`) is read
+like the lake: CREATOR_ETL_ORG picks one organization, and without it the views hold every
+organization (the named queries then need CREATOR_ETL_ORG when there are several).
+
 The SQL is read from `queries/`, never copied into a notebook.
 """
 
@@ -33,7 +37,7 @@ LAKE_TABLES = [
     "action_results",
     "runs",
 ]
-SOURCE = f"lake {LAKE}" + (f", organization {ORG}" if ORG else "") if LAKE else f"warehouse {WAREHOUSE}"
+SOURCE = (f"lake {LAKE}" if LAKE else f"warehouse {WAREHOUSE}") + (f", organization {ORG}" if ORG else "")
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -47,7 +51,52 @@ def connect() -> duckdb.DuckDBPyConnection:
         )
     con = duckdb.connect(WAREHOUSE, read_only=True)
     con.execute("SET TimeZone = 'UTC'")
+    marker = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'fleet_schema_version'"
+    if con.execute(marker).fetchall()[0][0] == 0:
+        if ORG is not None:
+            raise ValueError(
+                f"CREATOR_ETL_ORG={ORG}: {WAREHOUSE} is one organization's warehouse; "
+                "CREATOR_ETL_ORG picks an organization of a fleet warehouse or a lake"
+            )
+        return con
+    con.close()
+    return _connect_fleet()
+
+
+def _connect_fleet() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the fleet warehouse attached read-only and a view per table."""
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET autoinstall_known_extensions = false")
+    path = WAREHOUSE.replace("'", "''")
+    con.execute(f"ATTACH '{path}' AS fleet (READ_ONLY)")
+    organizations = set()
+    for table in LAKE_TABLES:
+        organizations |= {row[0] for row in con.sql(f"SELECT DISTINCT organization FROM fleet.{table}").fetchall()}
+    _check_org(organizations, "the fleet warehouse")
+    for table in LAKE_TABLES:
+        if ORG is None:
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM fleet.{table}")
+        else:
+            literal = ORG.replace("'", "''")
+            con.execute(
+                f"CREATE VIEW {table} AS SELECT * EXCLUDE (organization) FROM fleet.{table} WHERE organization = '{literal}'"
+            )
+    if ORG is not None:
+        con.execute((REPO / "src" / "load" / "views.sql").read_text())
     return con
+
+
+def _check_org(organizations: set, within: str) -> None:
+    """The named queries are per organization: CREATOR_ETL_ORG must name one that is there, or
+    there must be at most one."""
+    if ORG is None and len(organizations) > 1:
+        raise ValueError(
+            f"{within} holds {len(organizations)} organizations ({', '.join(sorted(organizations))}); "
+            "the named queries are per organization: set CREATOR_ETL_ORG"
+        )
+    if ORG is not None and ORG not in organizations:
+        raise ValueError(f"CREATOR_ETL_ORG={ORG}: {within} holds no rows of it ({', '.join(sorted(organizations))})")
 
 
 def _connect_lake() -> duckdb.DuckDBPyConnection:
@@ -65,13 +114,7 @@ def _connect_lake() -> duckdb.DuckDBPyConnection:
         # A pyarrow dataset: DuckDB scans it over Arrow and pushes the organization filter down.
         con.register(f"lake_{table}", dt.to_pyarrow_dataset())
         organizations |= {row[0] for row in con.sql(f"SELECT DISTINCT organization FROM lake_{table}").fetchall()}
-    if ORG is None and len(organizations) > 1:
-        raise ValueError(
-            f"the lake holds {len(organizations)} organizations ({', '.join(sorted(organizations))}); "
-            "the named queries are per organization: set CREATOR_ETL_ORG"
-        )
-    if ORG is not None and ORG not in organizations:
-        raise ValueError(f"CREATOR_ETL_ORG={ORG}: the lake holds no rows of it ({', '.join(sorted(organizations))})")
+    _check_org(organizations, "the lake")
     for table in LAKE_TABLES:
         if ORG is None:
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM lake_{table}")

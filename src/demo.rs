@@ -109,7 +109,9 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
     let stop = stop_signal();
     // A client per run, so each run's report counts its own requests; they share the pacer.
     let job = SyncJob { extract, load, actions: None };
-    let first = crate::sync::run(job.clone(), &Client::new(client_config.clone())?, stop.clone(), None).await?;
+    let first =
+        crate::sync::run(job.clone(), &Client::new(client_config.clone())?, stop.clone(), crate::sync::Sharing::Alone)
+            .await?;
     // Between two scheduled runs, the brand decides some pending applications in its dashboard.
     // The second run is incremental and records the changes in the status history.
     let decided = decide_pending(&emu, 24);
@@ -119,7 +121,7 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
     );
     let client = Client::new(client_config)?;
     let job = SyncJob { actions: Some((actions, reviewed)), ..job };
-    let report = crate::sync::run(job, &client, stop, None).await?;
+    let report = crate::sync::run(job, &client, stop, crate::sync::Sharing::Alone).await?;
     emu.stop().await;
     println!("{}", summary(&report, &root)?);
     // The example file holds failures on purpose (a cancelled sale, a foreign sale, …): the demo
@@ -149,7 +151,7 @@ fn section(title: &str, body: &str) -> String {
 
 fn table(warehouse: &std::path::Path, name: &str, sql: &str) -> Result<String, Error> {
     let config = QueryConfig {
-        source: query::Source::Warehouse(warehouse.to_path_buf()),
+        source: query::Source::Warehouse { path: warehouse.to_path_buf(), org: None },
         name: name.to_owned(),
         sql: sql.to_owned(),
         params: vec![],

@@ -9,10 +9,12 @@ use serde::Serialize;
 use super::extract::SyncArgs;
 use super::load::checked_lake;
 use super::{duration_flag, print_json, GlobalArgs};
+use crate::fleet::batch::BatchOptions;
 use crate::fleet::job::{Defaults, Job};
 use crate::fleet::observe::Lineage;
 use crate::fleet::run::RunOptions;
 use crate::fleet::{Check, Organization};
+use crate::load::fleet::BatchConfig;
 use crate::{exit, Error};
 
 #[derive(Debug, Subcommand)]
@@ -88,7 +90,23 @@ pub struct FleetRunArgs {
     /// the first commit probes: two writers could then both commit one Delta version and lose one
     #[arg(long, env = "CREATOR_ETL_LAKE_UNSAFE_NO_CONDITIONAL_WRITES")]
     pub lake_unsafe_no_conditional_writes: bool,
-    /// At most N transforms, loads and lake commits at once (they use CPU; extracts only wait)
+    /// Where the organizations' data goes: `fleet`, one warehouse for the whole fleet at
+    /// `OUT/warehouse.duckdb` (every table with `organization`), loaded in batches; or
+    /// `per-org`, a warehouse per organization under `OUT/orgs/<name>/`
+    #[arg(long, value_enum, default_value_t = WarehouseKind::PerOrg, value_name = "KIND")]
+    pub warehouse: WarehouseKind,
+    /// With `--warehouse fleet`: a batch loads at most N organizations…
+    #[arg(long, default_value_t = crate::fleet::batch::DEFAULT_BATCH_SIZE, value_name = "N")]
+    pub batch_size: usize,
+    /// …and closes this long (`2s`, `500ms`) after its first organization's extract finished
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    pub batch_wait: String,
+    /// With `--warehouse fleet`: publish the readers' snapshot and the Parquet tree after a
+    /// batch when the last publish is this old, and always when the run ends
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub publish_every: String,
+    /// At most N transforms, loads and lake commits at once (they use CPU; extracts only wait);
+    /// with `--warehouse per-org`
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub max_loads: usize,
     /// Per organization, send at most N requests, then keep what was fetched and resume next run
@@ -134,6 +152,17 @@ impl FleetRunArgs {
             problems.push("`--max-requests-per-org` must be at least 1".into());
         }
         let max_duration = self.max_duration.as_deref().and_then(|d| duration_flag("--max-duration", d, &mut problems));
+        let batch_wait = batch_duration("--batch-wait", &self.batch_wait, &mut problems);
+        let publish_every = batch_duration("--publish-every", &self.publish_every, &mut problems);
+        if !(1..=10_000).contains(&self.batch_size) {
+            problems.push("`--batch-size` must be between 1 and 10000".into());
+        }
+        if self.warehouse == WarehouseKind::Fleet && self.lake.is_some() {
+            problems.push(
+                "`--lake` needs `--warehouse per-org` for now: the fleet warehouse does not commit to the lake yet"
+                    .into(),
+            );
+        }
         let lake = self.lake.as_deref().and_then(|url| checked_lake(url, None, &mut problems));
         let sync = self.sync.parse(&mut problems);
         let lineage = match (&self.openlineage_url, &self.openlineage_file) {
@@ -177,9 +206,41 @@ impl FleetRunArgs {
             metrics_file: self.metrics_file.clone(),
             metrics_scope: in_shard,
             lineage,
+            out: global.out.clone(),
+            batches: (self.warehouse == WarehouseKind::Fleet).then(|| BatchOptions {
+                size: self.batch_size,
+                wait: batch_wait.unwrap_or(crate::fleet::batch::DEFAULT_BATCH_WAIT),
+                publish_every: publish_every.unwrap_or(crate::fleet::batch::DEFAULT_PUBLISH_EVERY),
+                config: BatchConfig {
+                    cohort_edges: self.cohort_edges.clone(),
+                    strict: self.strict,
+                    parquet_grace: crate::load::DEFAULT_PARQUET_GRACE,
+                },
+            }),
         };
         Ok((jobs, options))
     }
+}
+
+/// Where a fleet's data goes (`--warehouse`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WarehouseKind {
+    /// One warehouse for the fleet, loaded in batches
+    Fleet,
+    /// One warehouse per organization
+    PerOrg,
+}
+
+/// A batching duration flag: `500ms`, `2s`, or a number of seconds; zero is allowed.
+fn batch_duration(flag: &str, text: &str, problems: &mut Vec<String>) -> Option<std::time::Duration> {
+    let parsed = match text.trim().parse::<u64>() {
+        Ok(secs) => Some(std::time::Duration::from_secs(secs)),
+        Err(_) => humantime::parse_duration(text.trim()).ok(),
+    };
+    if parsed.is_none() {
+        problems.push(format!("`{flag}` `{text}` is not a duration such as `500ms`, `2s` or `1m`"));
+    }
+    parsed
 }
 
 pub async fn run(args: &FleetRunArgs, global: &GlobalArgs) -> Result<u8, Error> {

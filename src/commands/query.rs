@@ -26,7 +26,8 @@ pub struct QueryArgs {
     /// of the warehouse; an `s3://` lake's files are cached under `OUT/lake-cache/`
     #[arg(long, env = "CREATOR_ETL_LAKE", value_name = "URL")]
     pub lake: Option<String>,
-    /// With `--lake`: only this organization's rows, with the warehouse's columns
+    /// Only this organization's rows of a lake or a fleet warehouse, with one organization's
+    /// columns (the named queries need it when there are several)
     #[arg(long, value_name = "NAME")]
     pub org: Option<String>,
     /// With `--lake`: read every table at the versions in this report (the JSON that `load
@@ -43,11 +44,13 @@ impl QueryArgs {
             ]));
         }
         let source = match (&self.lake, &self.org) {
-            (None, None) => Source::Warehouse(global.out.join("warehouse.duckdb")),
-            (None, Some(_)) => {
-                return Err(Error::Config(
-                    vec!["`--org` picks an organization in a lake; it goes with `--lake`".into()],
-                ))
+            (None, org) => {
+                if let Some(org) = org.as_deref().filter(|o| !crate::load::lake::valid_org(o)) {
+                    return Err(Error::Config(vec![format!(
+                        "`--org` `{org}` is not an organization's name (lowercase letters, digits, `-`, `_`, at most 63)"
+                    )]));
+                }
+                Source::Warehouse { path: global.out.join("warehouse.duckdb"), org: org.clone() }
             }
             (Some(url), org) => {
                 let mut problems = vec![];

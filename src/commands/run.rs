@@ -35,7 +35,13 @@ pub async fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("run")?;
     let (client, stop) = stop_after_in_flight(client);
-    let report = crate::sync::run(SyncJob { extract: config, load: load_config, actions }, &client, stop, None).await?;
+    let report = crate::sync::run(
+        SyncJob { extract: config, load: load_config, actions },
+        &client,
+        stop,
+        crate::sync::Sharing::Alone,
+    )
+    .await?;
     print_json(&report)?;
     // As `actions apply`: the actions' summary (and a refused key) on stderr, and their code.
     Ok(report.actions.as_ref().map_or(crate::exit::OK, super::actions::actions_exit_code))

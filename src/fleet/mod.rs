@@ -8,6 +8,7 @@
 //! that sends nothing (`fleet status`) checks the file alone ([`Check::FileOnly`]): it reads no
 //! key and opens no actions file.
 
+pub mod batch;
 pub mod job;
 pub mod observe;
 pub mod report;

@@ -288,7 +288,9 @@ const ERROR_MESSAGE_SCHEMA: &str =
     "https://openlineage.io/spec/facets/1-0-1/ErrorMessageRunFacet.json#/$defs/ErrorMessageRunFacet";
 
 impl LineageEvent {
-    pub fn new(job: &Job) -> Self {
+    /// The events of one organization's run; its output is the lake, or `warehouse` (the
+    /// fleet warehouse's snapshot) when given, or its own warehouse's.
+    pub fn new(job: &Job, warehouse: Option<&std::path::Path>) -> Self {
         let run_id = uuid::Uuid::new_v4().to_string();
         let base = &job.client.base_url;
         let api = format!("{}://{}", base.scheme(), base.host_str().unwrap_or_default())
@@ -304,7 +306,8 @@ impl LineageEvent {
                 .map(|t| Dataset { namespace: lake.url.clone(), name: t.to_owned() })
                 .collect(),
             None => {
-                let warehouse = job.sync.load.out.root().join("warehouse.duckdb");
+                let warehouse =
+                    warehouse.map_or_else(|| job.sync.load.out.root().join("warehouse.duckdb"), |w| w.to_path_buf());
                 let warehouse = std::path::absolute(&warehouse).unwrap_or(warehouse);
                 vec![Dataset { namespace: "file".to_owned(), name: warehouse.display().to_string() }]
             }

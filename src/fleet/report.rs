@@ -122,9 +122,22 @@ pub struct FleetReport {
     pub actions_outcomes: BTreeMap<ActionsOutcome, usize>,
     pub duration_ms: u64,
     pub exit_code: u8,
+    /// Why the fleet warehouse's last publish failed, when it did: the loads are committed in
+    /// the writer's file, and readers see them after the next publish.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warehouse_error: Option<String>,
 }
 
 impl FleetReport {
+    /// Records a failed last publish of the fleet warehouse: the run then exits 1, unless an
+    /// organization's outcome already gave it another code.
+    pub(crate) fn set_warehouse_error(&mut self, error: String) {
+        self.warehouse_error = Some(error);
+        if self.exit_code == crate::exit::OK {
+            self.exit_code = crate::exit::FAILED;
+        }
+    }
+
     pub(crate) fn new(organizations: Vec<OrgReport>, duration: Duration) -> Self {
         let mut outcomes = BTreeMap::new();
         let mut actions_outcomes = BTreeMap::new();
@@ -135,7 +148,14 @@ impl FleetReport {
             }
         }
         let exit_code = exit_code(&organizations);
-        FleetReport { organizations, outcomes, actions_outcomes, duration_ms: duration.as_millis() as u64, exit_code }
+        FleetReport {
+            organizations,
+            outcomes,
+            actions_outcomes,
+            duration_ms: duration.as_millis() as u64,
+            exit_code,
+            warehouse_error: None,
+        }
     }
 
     /// The human summary table, for stderr.

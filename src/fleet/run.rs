@@ -21,9 +21,11 @@ use crate::action::{ActionError, ActionReport};
 use crate::api::{ApiError, Client, Transport};
 use crate::extract::ExtractError;
 use crate::load::LoadError;
-use crate::out::OutError;
+use crate::out::{OutDir, OutError};
+use crate::sync::Sharing;
 use crate::{exit, Error};
 
+use super::batch::{BatchOptions, Batcher, OrgWarehouse};
 use super::job::Job;
 use super::observe::{Lineage, LineageEvent};
 use super::report::{ActionsOutcome, FleetReport, OrgReport, Outcome};
@@ -42,6 +44,11 @@ pub struct RunOptions {
     /// them without one. Series of other organizations are dropped.
     pub metrics_scope: Vec<String>,
     pub lineage: Option<Lineage>,
+    /// The fleet's `--out`.
+    pub out: PathBuf,
+    /// Load into one fleet warehouse under `out`, in these batches; `None`: each organization
+    /// into its own warehouse (`--per-org-warehouses`).
+    pub batches: Option<BatchOptions>,
 }
 
 /// Runs every job concurrently; `stop` is the process's Ctrl-C/SIGTERM flag.
@@ -54,11 +61,24 @@ pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: CancellationToken) 
         None => return Ok(FleetReport::new(vec![], started.elapsed())),
     };
     let loads = Arc::new(Semaphore::new(options.max_loads.max(1)));
+    // The fleet warehouse: the fleet's `--out` is locked for the run (its organizations' own
+    // directories each have their own lock, as ever), and one thread writes it.
+    let fleet = match &options.batches {
+        Some(batches) => {
+            let out = OutDir::new(&options.out);
+            let lock = out.lock("fleet run")?;
+            let batches = batches.clone();
+            let batcher = crate::sync::blocking("fleet warehouse", move || Batcher::start(&out, batches)).await?;
+            Some((lock, batcher))
+        }
+        None => None,
+    };
     let mut tasks = tokio::task::JoinSet::new();
     let names: Vec<String> = jobs.iter().map(|j| j.name.clone()).collect();
     for (i, job) in jobs.into_iter().enumerate() {
         let (transport, loads, stop, options) = (transport.clone(), loads.clone(), stop.clone(), options.clone());
-        tasks.spawn(async move { (i, run_org(job, &transport, &loads, stop, &options).await) });
+        let shared = fleet.as_ref().map(|(_, b)| b.handle(&job.name, &job.sync.load.out));
+        tasks.spawn(async move { (i, run_org(job, &transport, &loads, shared, stop, &options).await) });
     }
     let mut reports: Vec<Option<OrgReport>> = vec![None; names.len()];
     while let Some(done) = tasks.join_next().await {
@@ -78,7 +98,16 @@ pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: CancellationToken) 
             })
         })
         .collect();
-    let report = FleetReport::new(reports, started.elapsed());
+    let mut report = FleetReport::new(reports, started.elapsed());
+    if let Some((lock, batcher)) = fleet {
+        // The last batch and the last publish.
+        let finished = crate::sync::blocking("fleet warehouse", move || batcher.finish()).await;
+        drop(lock);
+        if let Err(e) = finished {
+            tracing::error!(error = %e.report(), "the fleet warehouse's last publish failed; the loaded data is in the writer's file and the next run publishes it");
+            report.set_warehouse_error(e.report());
+        }
+    }
     // The report is the run's record: a metrics file that cannot be written costs the metrics,
     // not the report.
     if let Some(path) = &options.metrics_file {
@@ -177,13 +206,15 @@ async fn run_org(
     job: Job,
     transport: &Transport,
     loads: &Semaphore,
+    shared: Option<OrgWarehouse>,
     global: CancellationToken,
     options: &RunOptions,
 ) -> OrgReport {
     let started = Instant::now();
     let started_at = Utc::now();
     let org_out = job.sync.extract.out.root().to_path_buf();
-    let lineage = options.lineage.as_ref().map(|sink| (sink, LineageEvent::new(&job)));
+    let fleet_warehouse = options.batches.as_ref().map(|_| options.out.join("warehouse.duckdb"));
+    let lineage = options.lineage.as_ref().map(|sink| (sink, LineageEvent::new(&job, fleet_warehouse.as_deref())));
     if let Some((sink, event)) = &lineage {
         sink.emit(&event.start(started_at)).await;
     }
@@ -221,7 +252,11 @@ async fn run_org(
                 // once the requests in flight have answered and landed.
                 let client = client.with_stop(org_stop.clone());
                 let stop = client.stop_after_in_flight(org_stop.clone());
-                let outcome = crate::sync::run(job.sync.clone(), &client, stop, Some(loads)).await;
+                let sharing = match &shared {
+                    Some(w) => Sharing::Shared(w),
+                    None => Sharing::OwnWarehouse(loads),
+                };
+                let outcome = crate::sync::run(job.sync.clone(), &client, stop, sharing).await;
                 (Some(lock), Some(client), outcome)
             }
         },

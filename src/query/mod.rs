@@ -48,10 +48,12 @@ pub enum QueryError {
     NoWarehouse(String),
     #[error("no lake table `{table}` under `{url}`; load an organization into it first (`creator-etl load --lake … --org …`)")]
     NoLake { url: String, table: String },
-    #[error("the lake holds {} organizations ({}); the named queries are per organization: add `--org NAME`", .0.len(), .0.join(", "))]
-    ManyOrganizations(Vec<String>),
-    #[error("`--org {org}`: the lake holds no rows of it; it holds {}", if .holds.is_empty() { "none yet".to_owned() } else { .holds.join(", ") })]
-    UnknownOrganization { org: String, holds: Vec<String> },
+    #[error("{within} holds {} organizations ({}); the named queries are per organization: add `--org NAME`", .holds.len(), .holds.join(", "))]
+    ManyOrganizations { within: &'static str, holds: Vec<String> },
+    #[error("`--org {org}`: {within} holds no rows of it; it holds {}", if .holds.is_empty() { "none yet".to_owned() } else { .holds.join(", ") })]
+    UnknownOrganization { within: &'static str, org: String, holds: Vec<String> },
+    #[error("`--org`: `{0}` is one organization's warehouse; `--org` picks an organization of a fleet warehouse (`fleet run --warehouse fleet`) or of a lake")]
+    OneOrganization(String),
     #[error("lake: {0}")]
     Lake(String),
     #[error("`--at-versions`: {0}")]
@@ -80,8 +82,10 @@ pub enum Format {
 /// What a query reads.
 #[derive(Clone, Debug)]
 pub enum Source {
-    /// A DuckDB warehouse file, opened read-only.
-    Warehouse(PathBuf),
+    /// A DuckDB warehouse file, opened read-only. A fleet warehouse ([`crate::load::fleet`])
+    /// is read like the lake: with `org`, only that organization's rows, with one
+    /// organization's columns.
+    Warehouse { path: PathBuf, org: Option<String> },
     /// The shared lake's current snapshot, resolved with [`lake::resolve`].
     Lake(lake::LakeSource),
 }
@@ -165,21 +169,26 @@ fn db(e: duckdb::Error) -> QueryError {
 /// the lake's current snapshot.
 pub async fn run(config: QueryConfig) -> Result<Vec<RecordBatch>, QueryError> {
     let conn = match &config.source {
-        Source::Warehouse(path) => open_warehouse(path)?,
+        Source::Warehouse { path, org } => {
+            let conn = open_warehouse(path)?;
+            let fleet = crate::load::fleet::is_fleet(&conn).map_err(|e| QueryError::Db(e.to_string()))?;
+            match (fleet, org) {
+                (false, None) => conn,
+                (false, Some(_)) => return Err(QueryError::OneOrganization(path.display().to_string())),
+                (true, org) => {
+                    let holds = fleet_organizations(&conn)?;
+                    drop(conn);
+                    let org =
+                        pick_organization("the fleet warehouse", org.as_deref(), holds, named(&config.name).is_some())?;
+                    fleet_views(path, org.as_deref())?
+                }
+            }
+        }
         Source::Lake(source) => {
             let snapshot = lake::resolve(source).await?;
             let named = named(&config.name).is_some();
             let holds: Vec<String> = snapshot.organizations.iter().cloned().collect();
-            // The named queries are per organization: the one named, or the lake's only one.
-            let org = match &source.org {
-                Some(org) if !snapshot.organizations.contains(org) => {
-                    return Err(QueryError::UnknownOrganization { org: org.clone(), holds })
-                }
-                Some(org) => Some(org.clone()),
-                None if named && holds.len() > 1 => return Err(QueryError::ManyOrganizations(holds)),
-                None if named => holds.first().cloned(),
-                None => None,
-            };
+            let org = pick_organization("the lake", source.org.as_deref(), holds, named)?;
             tracing::debug!(versions = ?snapshot.versions(), "querying the lake snapshot");
             let conn = duckdb::Connection::open_in_memory().map_err(db)?;
             crate::load::warehouse::no_downloads(&conn).map_err(db)?;
@@ -190,6 +199,59 @@ pub async fn run(config: QueryConfig) -> Result<Vec<RecordBatch>, QueryError> {
     tokio::task::spawn_blocking(move || execute(&conn, &config))
         .await
         .map_err(|e| QueryError::Db(format!("the query task failed: {e}")))?
+}
+
+/// The organization a query reads of a lake or fleet warehouse that holds `holds`: the one
+/// `--org` names; for a named query (they are per organization), the only one; for a SQL file
+/// without `--org`, every one.
+fn pick_organization(
+    within: &'static str,
+    org: Option<&str>,
+    holds: Vec<String>,
+    named: bool,
+) -> Result<Option<String>, QueryError> {
+    match org {
+        Some(org) if !holds.iter().any(|h| h == org) => {
+            Err(QueryError::UnknownOrganization { within, org: org.to_owned(), holds })
+        }
+        Some(org) => Ok(Some(org.to_owned())),
+        None if named && holds.len() > 1 => Err(QueryError::ManyOrganizations { within, holds }),
+        None if named => Ok(holds.first().cloned()),
+        None => Ok(None),
+    }
+}
+
+/// The organizations a fleet warehouse holds rows of.
+fn fleet_organizations(conn: &duckdb::Connection) -> Result<Vec<String>, QueryError> {
+    let union: Vec<String> =
+        crate::load::fleet::tables().iter().map(|t| format!("SELECT DISTINCT organization FROM {t}")).collect();
+    let mut stmt = conn.prepare(&format!("{} ORDER BY 1", union.join(" UNION "))).map_err(db)?;
+    let orgs = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(db)?;
+    orgs.collect::<Result<Vec<_>, _>>().map_err(db)
+}
+
+/// An in-memory connection with the fleet warehouse at `path` attached read-only, and a view
+/// per table: of organization `org`'s rows with one organization's columns and views, or of
+/// every organization's.
+fn fleet_views(path: &Path, org: Option<&str>) -> Result<duckdb::Connection, QueryError> {
+    let conn = duckdb::Connection::open_in_memory().map_err(db)?;
+    crate::load::warehouse::no_downloads(&conn).map_err(db)?;
+    let mut sql = format!("ATTACH '{}' AS fleet (READ_ONLY);\n", path.display().to_string().replace('\'', "''"));
+    for t in crate::load::fleet::tables() {
+        let select = match org {
+            Some(org) => format!(
+                "SELECT * EXCLUDE (organization) FROM fleet.{t} WHERE organization = '{}'",
+                org.replace('\'', "''")
+            ),
+            None => format!("SELECT * FROM fleet.{t}"),
+        };
+        sql.push_str(&format!("CREATE VIEW {t} AS {select};\n"));
+    }
+    if org.is_some() {
+        sql.push_str(crate::load::warehouse::VIEWS);
+    }
+    conn.execute_batch(&sql).map_err(db)?;
+    Ok(conn)
 }
 
 /// A read-only connection to a warehouse file.
@@ -335,7 +397,7 @@ mod tests {
 
     #[test]
     fn params_are_checked_against_the_declaration() {
-        let w = Source::Warehouse(PathBuf::from("w.duckdb"));
+        let w = Source::Warehouse { path: PathBuf::from("w.duckdb"), org: None };
         assert!(QueryConfig::new(w.clone(), "wow_latest", &["days=30".into()], Format::Table).is_ok());
         let e = QueryConfig::new(w.clone(), "wow_latest", &["dayz=30".into()], Format::Table).unwrap_err();
         assert_eq!(e.to_string(), "`--param dayz`: the query takes only days");

@@ -4,12 +4,13 @@
 
 mod restore;
 
+use futures_util::future::BoxFuture;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::action::{ActionConfig, ActionReport, Reviewed};
 use crate::api::Client;
-use crate::extract::{ExtractConfig, ExtractReport, SyncMode};
+use crate::extract::{ExtractConfig, ExtractReport, Extracted, Snapshot, SyncMode};
 use crate::load::{LoadConfig, LoadReport};
 use crate::{exit, Error};
 
@@ -44,18 +45,48 @@ impl SyncReport {
     }
 }
 
+/// A warehouse that many organizations' syncs share (a fleet's), through one organization's
+/// handle: it reads the organization's previous state, and loads its extracted run together
+/// with other organizations' runs.
+pub trait SharedWarehouse: Send + Sync {
+    /// What [`read_previous`] reads from an organization's own warehouse: the quick sync's
+    /// snapshot and the content cursor.
+    fn previous(&self, config: ExtractConfig) -> BoxFuture<'_, Result<(ExtractConfig, Option<Snapshot>), Error>>;
+    /// Loads the organization's run; resolves when the batch it joined has committed.
+    fn load(&self, extracted: Extracted, report: ExtractReport) -> BoxFuture<'_, Result<LoadReport, Error>>;
+    /// Takes the actions' results of the organization's own warehouse (where its journal is).
+    fn record_actions(&self) -> BoxFuture<'_, Result<(), Error>>;
+}
+
+/// How a sync shares the machine with other organizations' syncs.
+#[derive(Clone, Copy, Default)]
+pub enum Sharing<'a> {
+    /// Alone (`run`, the demo): its own warehouse, and its plan printed.
+    #[default]
+    Alone,
+    /// One of a fleet's, with its own warehouse: the CPU-heavy transform, load and lake commit
+    /// each hold a permit of the semaphore (the fleet bounds them; its extracts only wait).
+    OwnWarehouse(&'a tokio::sync::Semaphore),
+    /// One of a fleet's, loaded into the fleet's warehouse.
+    Shared(&'a dyn SharedWarehouse),
+}
+
 /// One organization's sync: restore from the lake if `--out` lacks the organization's state, the
 /// preflight, extract, transform and load, the reviewed actions if given, and the lake push. The
-/// caller validated everything and holds the `--out` lock. With `loads`, the CPU-heavy transform, load and lake commit
-/// each hold one of its permits (a fleet bounds them; its extracts only wait).
+/// caller validated everything and holds the `--out` lock.
 pub async fn run(
     job: SyncJob,
     client: &Client,
     stop: CancellationToken,
-    loads: Option<&tokio::sync::Semaphore>,
+    sharing: Sharing<'_>,
 ) -> Result<SyncReport, Error> {
     let SyncJob { extract: config, load: load_config, actions } = job;
     let config = &config;
+    let (loads, shared) = match sharing {
+        Sharing::Alone => (None, None),
+        Sharing::OwnWarehouse(loads) => (Some(loads), None),
+        Sharing::Shared(w) => (None, Some(w)),
+    };
     let permit = || async {
         match loads {
             Some(s) => s.acquire().await.ok(),
@@ -79,32 +110,51 @@ pub async fn run(
     let checked_actions = actions.clone();
     let held = permit().await;
     let extract_config = config.clone();
-    let snapshot = blocking("preflight", move || -> Result<_, Error> {
-        let writer = match &checked_actions {
-            // The journal lives in the writer's warehouse: opening it checks both.
-            Some((config, reviewed)) => {
-                crate::action::preflight(config, reviewed)?;
-                None
+    let snapshot = match shared {
+        None => {
+            blocking("preflight", move || -> Result<_, Error> {
+                let writer = match &checked_actions {
+                    // The journal lives in the writer's warehouse: opening it checks both.
+                    Some((config, reviewed)) => {
+                        crate::action::preflight(config, reviewed)?;
+                        None
+                    }
+                    None => crate::load::warehouse::check_writable(&writable)?,
+                };
+                read_previous(&extract_config, writer.as_ref())
+            })
+            .await?
+        }
+        Some(w) => {
+            // The journal stays in the organization's own warehouse; its data is the fleet's.
+            if let Some((config, reviewed)) = checked_actions {
+                blocking("preflight", move || crate::action::preflight(&config, &reviewed)).await?;
             }
-            None => crate::load::warehouse::check_writable(&writable)?,
-        };
-        read_previous(&extract_config, writer.as_ref())
-    })
-    .await?;
+            w.previous(extract_config).await?
+        }
+    };
     drop(held);
     let (config, snapshot) = snapshot;
     let begun = crate::extract::begin(&config, client, stop.clone(), snapshot.as_ref()).await?;
     // A fleet's organizations plan at once, so there the plan is only logged (the extract's
     // `plan` line), never printed interleaved.
-    if loads.is_none() {
+    if matches!(sharing, Sharing::Alone) {
         eprintln!("{}", begun.plan());
     }
     let extracted = begun.finish().await?;
     let lake = load_config.lake.clone();
     let out = load_config.out.clone();
-    let held = permit().await;
-    let mut loaded = load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone())).await?;
-    drop(held);
+    let mut loaded = match shared {
+        None => {
+            let _held = permit().await;
+            load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone())).await?
+        }
+        Some(w) => {
+            let (own, run_id, report) = (out.clone(), extracted.run_id.clone(), extracted.clone());
+            let landing = blocking("landing", move || crate::load::read_checked(&own, &run_id, Some(&report))).await?;
+            w.load(landing, extracted.clone()).await?
+        }
+    };
     let actions = match actions {
         Some((action_config, reviewed)) => {
             let begun = crate::action::begin(&action_config, &reviewed)?;
@@ -127,7 +177,11 @@ pub async fn run(
                 let _ = std::fs::remove_dir_all(&staged);
                 tracing::info!(organization = %lake.org, rows = begun.to_send(), version = ?committed.versions.get(crate::load::lake::JOURNAL), "the actions' intents are in the lake's journal");
             }
-            Some(crate::action::send_all(begun, &action_config, &reviewed, client, stop).await?)
+            let report = crate::action::send_all(begun, &action_config, &reviewed, client, stop).await?;
+            if let Some(w) = shared {
+                w.record_actions().await?;
+            }
+            Some(report)
         }
         None => None,
     };
@@ -186,27 +240,31 @@ pub async fn push_to_lake(
 pub fn read_previous(
     config: &ExtractConfig,
     writer: Option<&duckdb::Connection>,
-) -> Result<(ExtractConfig, Option<crate::extract::Snapshot>), Error> {
-    let statuses: Vec<String> = config.statuses.iter().map(|s| s.to_string()).collect();
-    let read = |conn: &duckdb::Connection| -> Result<_, Error> {
-        let snapshot = match config.sync {
-            SyncMode::Full => None,
-            _ => crate::load::warehouse::snapshot(conn, &statuses, config.campaign_id)?,
-        };
-        // With `--from`, the content starts there: the ledger's cursor is not read, so a
-        // damaged ledger row never stops a run that names its range.
-        let cursor = match config.from {
-            Some(_) => None,
-            None => crate::load::warehouse::content_cursor(conn)?,
-        };
-        Ok((cursor, snapshot))
-    };
-    let (content_cursor, snapshot) = match writer {
-        Some(conn) => read(conn)?,
+) -> Result<(ExtractConfig, Option<Snapshot>), Error> {
+    match writer {
+        Some(conn) => Ok(read_previous_from(conn, config)?),
         None => match crate::load::warehouse::open_latest_read_only(&config.out)? {
-            Some((conn, _)) => read(&conn)?,
-            None => (None, None),
+            Some((conn, _)) => Ok(read_previous_from(&conn, config)?),
+            None => Ok((config.clone(), None)),
         },
+    }
+}
+
+/// [`read_previous`] from the warehouse `conn` (or one organization's views of a fleet's).
+pub fn read_previous_from(
+    conn: &duckdb::Connection,
+    config: &ExtractConfig,
+) -> Result<(ExtractConfig, Option<Snapshot>), crate::load::LoadError> {
+    let statuses: Vec<String> = config.statuses.iter().map(|s| s.to_string()).collect();
+    let snapshot = match config.sync {
+        SyncMode::Full => None,
+        _ => crate::load::warehouse::snapshot(conn, &statuses, config.campaign_id)?,
+    };
+    // With `--from`, the content starts there: the ledger's cursor is not read, so a damaged
+    // ledger row never stops a run that names its range.
+    let content_cursor = match config.from {
+        Some(_) => None,
+        None => crate::load::warehouse::content_cursor(conn)?,
     };
     Ok((ExtractConfig { content_cursor, ..config.clone() }, snapshot))
 }

@@ -197,6 +197,52 @@ fn notebooks_run_top_to_bottom_against_a_lake_of_two_organizations() {
     assert!(stderr.contains("the lake holds 2 organizations (demo, other)"), "{stderr}");
 }
 
+/// The notebooks over a fleet warehouse of two organizations, one picked by `CREATOR_ETL_ORG`.
+/// It is made by `fleet run --warehouse fleet` from two organizations' own warehouses (copies of
+/// the demo's): a fleet run takes each organization's own warehouse in before its first request,
+/// and with no service to reach it loads nothing more.
+#[test]
+fn notebooks_run_top_to_bottom_against_a_fleet_warehouse() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let mut fleet = String::new();
+    for (i, org) in ["demo", "other"].iter().enumerate() {
+        let state = out.join("orgs").join(org).join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::copy(demo_out().join("state/warehouse.duckdb"), state.join("warehouse.duckdb")).unwrap();
+        fleet.push_str(&format!("[[organization]]\nname = \"{org}\"\nkey_env = \"KEY_{i}\"\n"));
+    }
+    let file = dir.path().join("fleet.toml");
+    std::fs::write(&file, fleet).unwrap();
+    let args = ["--base-url", "http://127.0.0.1:9", "--out", out.to_str().unwrap(), "fleet", "run", "--config"];
+    let o = Command::new(env!("CARGO_BIN_EXE_creator-etl"))
+        .args(args)
+        .arg(&file)
+        .args(["--warehouse", "fleet", "--max-attempts", "1"])
+        .env("KEY_0", "key-of-demo")
+        .env("KEY_1", "key-of-other")
+        .env_remove("CREATOR_ETL_LAKE")
+        .output()
+        .unwrap();
+    assert_exit(&args, &o, 1);
+    let warehouse = out.join("warehouse.duckdb");
+    run_notebooks(
+        &[("CREATOR_ETL_WAREHOUSE", warehouse.to_str().unwrap()), ("CREATOR_ETL_ORG", "demo")],
+        "reading the warehouse",
+    );
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks");
+    let o = Command::new(notebook_python())
+        .current_dir(&helper)
+        .args(["-c", "import creator_etl_nb as nb\nnb.connect()"])
+        .env("CREATOR_ETL_WAREHOUSE", &warehouse)
+        .env_remove("CREATOR_ETL_LAKE")
+        .env_remove("CREATOR_ETL_ORG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("the fleet warehouse holds 2 organizations (demo, other)"), "{stderr}");
+}
+
 fn run_notebooks(envs: &[(&str, &str)], reading: &str) {
     let python = notebook_python();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks");

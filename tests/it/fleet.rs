@@ -9,7 +9,7 @@ use std::time::Duration;
 use creator_etl::emulator::{numbered_org, org_key, EmulatorConfig, Fault, OrgPolicy, RatePolicy};
 use serde_json::Value;
 
-use crate::util::{assert_exit, db, report, run_bin, show, Bin, TestEmu};
+use crate::util::{assert_exit, count, db, report, run_bin, show, Bin, TestEmu};
 
 /// An emulator of `n` numbered organizations of `apps` applications each.
 fn fleet_emulator(n: u32, apps: usize, policies: &[(u32, OrgPolicy)]) -> TestEmu {
@@ -61,6 +61,22 @@ fn truth_ids(emu: &TestEmu, k: u32) -> BTreeSet<i64> {
 /// Prometheus textfile and the OpenLineage events.
 #[test]
 fn a_mixed_fleet_isolates_every_fault() {
+    mixed_fleet(Kind::PerOrg);
+}
+
+/// The same mixed fleet loaded into one fleet warehouse, in batches: the faults stay isolated.
+#[test]
+fn a_mixed_fleet_isolates_every_fault_in_a_fleet_warehouse() {
+    mixed_fleet(Kind::Fleet);
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    PerOrg,
+    Fleet,
+}
+
+fn mixed_fleet(kind: Kind) {
     let capped =
         RatePolicy { min_interval: Duration::ZERO, hourly_cap: Some(3), cap_window: Duration::from_secs(3600) };
     let emu = fleet_emulator(
@@ -97,7 +113,13 @@ fn a_mixed_fleet_isolates_every_fault() {
         lineage.to_str().unwrap(),
     ];
     let keys = key_env(6);
-    let o = fleet(dir.path(), &emu, &[&args[..], &["--max-loads", "1", "--max-attempts", "2"]].concat(), &keys);
+    let warehouse = if kind == Kind::Fleet { "fleet" } else { "per-org" };
+    let o = fleet(
+        dir.path(),
+        &emu,
+        &[&args[..], &["--max-loads", "1", "--max-attempts", "2", "--warehouse", warehouse]].concat(),
+        &keys,
+    );
     assert_exit(&args, &o, 6);
     let rep: Value = report(&o);
     let orgs = by_name(&rep);
@@ -114,7 +136,11 @@ fn a_mixed_fleet_isolates_every_fault() {
     assert_eq!(outcome("skewed"), "failed");
     assert!(orgs["skewed"]["error"].as_str().unwrap().contains("--strict"), "{}", orgs["skewed"]);
     for (name, k) in [("alpha", 1), ("omega", 5)] {
-        assert_eq!(warehouse_ids(dir.path(), name), truth_ids(&emu, k), "{name} has exactly its own data");
+        let ids = match kind {
+            Kind::PerOrg => warehouse_ids(dir.path(), name),
+            Kind::Fleet => fleet_ids(dir.path(), name),
+        };
+        assert_eq!(ids, truth_ids(&emu, k), "{name} has exactly its own data");
         assert_eq!(orgs[name]["applications"].as_u64().unwrap() as usize, truth_ids(&emu, k).len());
         assert_eq!(orgs[name]["rate_limited"], 0);
     }
@@ -178,7 +204,16 @@ fn a_mixed_fleet_isolates_every_fault() {
     let end = events.iter().rfind(|e| e["job"]["name"] == "fleet.alpha").unwrap();
     assert_eq!(start["run"]["runId"], end["run"]["runId"], "one run id per organization run");
     assert!(start["inputs"][0]["name"].as_str().unwrap().ends_with("/campaign_applications"));
-    assert!(start["outputs"][0]["name"].as_str().unwrap().ends_with("orgs/alpha/warehouse.duckdb"));
+    let output = match kind {
+        Kind::PerOrg => "orgs/alpha/warehouse.duckdb",
+        Kind::Fleet => "out/warehouse.duckdb",
+    };
+    assert!(start["outputs"][0]["name"].as_str().unwrap().ends_with(output), "{start}");
+    if kind == Kind::Fleet {
+        let c = db(&dir.path().join("out"));
+        let loaded = count(&c, "SELECT count(DISTINCT organization) FROM applications");
+        assert_eq!(loaded, 2, "alpha and omega; no row of a failed or stopped organization");
+    }
 }
 
 const PARSE_METRICS: &str = r#"
@@ -887,4 +922,131 @@ fn a_damaged_status_file_keeps_its_last_success() {
     assert_eq!(aside.len(), 1, "{aside:?}");
     assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), damaged);
     assert_eq!(by_name(&report(&o))["solo"]["last_success_at"].as_str(), Some(success.as_str()));
+}
+
+/// Applications of one organization in the fleet warehouse's snapshot.
+fn fleet_ids(dir: &Path, name: &str) -> BTreeSet<i64> {
+    let c = db(&dir.join("out"));
+    let mut st = c.prepare("SELECT id FROM applications WHERE organization = ?").unwrap();
+    st.query_map([name], |r| r.get::<_, i64>(0)).unwrap().map(Result::unwrap).collect()
+}
+
+/// `--warehouse fleet`: one warehouse for the fleet, loaded in batches of two. Each organization
+/// holds exactly its own rows; one that fails `--strict` fails alone and loads nothing; the
+/// Parquet tree is partitioned by organization; `query --org` answers per organization; a
+/// second, quick run compares each organization with its own rows and changes nothing.
+#[test]
+fn a_fleet_warehouse_holds_every_organization_exactly() {
+    let emu = fleet_emulator(4, 120, &[(4, OrgPolicy { skewed_totals: true, ..OrgPolicy::default() })]);
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["alpha", "beta", "gamma", "skewed"];
+    let file = fleet_file(dir.path(), &names, "");
+    let keys = key_env(4);
+    let args = ["run", "--config", file.to_str().unwrap(), "--warehouse", "fleet", "--batch-size", "2", "--strict"];
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &o, SOME_FAILED);
+    let orgs = by_name(&report(&o));
+    assert_eq!(orgs["skewed"]["outcome"], "failed");
+    assert!(orgs["skewed"]["error"].as_str().unwrap().contains("--strict"), "{}", orgs["skewed"]);
+    for (name, k) in [("alpha", 1), ("beta", 2), ("gamma", 3)] {
+        assert_eq!(orgs[name]["outcome"], "completed", "{}", show(&args, &o));
+        assert_eq!(fleet_ids(dir.path(), name), truth_ids(&emu, k), "{name} has exactly its own data");
+        assert_eq!(orgs[name]["rows"]["applications"].as_u64().unwrap() as usize, truth_ids(&emu, k).len());
+        assert!(!dir.path().join("out/orgs").join(name).join("state/warehouse.duckdb").exists(), "no own warehouse");
+        assert!(dir.path().join("out/parquet/applications").join(format!("organization={name}")).is_dir());
+    }
+    let c = db(&dir.path().join("out"));
+    assert_eq!(count(&c, "SELECT count(*) FROM applications WHERE organization = 'skewed'"), 0);
+    assert_eq!(count(&c, "SELECT count(DISTINCT organization) FROM runs"), 3);
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM application_status_history"),
+        count(&c, "SELECT count(*) FROM applications")
+    );
+    drop(c);
+
+    // `query`: per organization with `--org`; a SQL file sees every organization.
+    let q = |extra: &[&str]| Bin::new(dir.path()).out(&dir.path().join("out")).args(["query"]).args(extra).run();
+    let o = q(&["pending_queue", "--org", "beta", "--format", "json"]);
+    assert_exit(&[], &o, 0);
+    let listed: Vec<Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let pending = emu.state.applications(numbered_org(2)).iter().filter(|a| a.status.as_str() == "pending").count();
+    let listed: u64 = listed.iter().map(|r| r["pending"].as_u64().unwrap()).sum();
+    assert_eq!(listed as usize, pending, "pending_queue counts beta's pending applications only");
+    let o = q(&["pending_queue"]);
+    assert_exit(&[], &o, 2);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("the fleet warehouse holds 3 organizations"),
+        "{}",
+        show(&[], &o)
+    );
+    let o = q(&["pending_queue", "--org", "nobody"]);
+    assert_exit(&[], &o, 2);
+    let sql = dir.path().join("per_org.sql");
+    std::fs::write(&sql, "SELECT organization, count(*) AS n FROM applications GROUP BY ALL ORDER BY 1").unwrap();
+    let o = q(&[sql.to_str().unwrap(), "--format", "csv"]);
+    assert_exit(&[], &o, 0);
+    let csv = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(csv.lines().count(), 4, "{csv}");
+    assert!(csv.contains(&format!("gamma,{}", truth_ids(&emu, 3).len())), "{csv}");
+
+    // A second run, quick: each organization compares with its own rows; nothing changes.
+    let args = ["run", "--config", file.to_str().unwrap(), "--warehouse", "fleet", "--only", "alpha,beta,gamma"];
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &o, 0);
+    let orgs = by_name(&report(&o));
+    for (name, k) in [("alpha", 1), ("beta", 2), ("gamma", 3)] {
+        assert_eq!(orgs[name]["sync"], "quick", "{}", orgs[name]);
+        assert_eq!(fleet_ids(dir.path(), name), truth_ids(&emu, k));
+    }
+    let c = db(&dir.path().join("out"));
+    assert_eq!(count(&c, "SELECT count(*) FROM runs"), 6);
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM application_status_history"),
+        count(&c, "SELECT count(*) FROM applications")
+    );
+}
+
+/// A SIGKILL between a batch's load and its commit loses nothing: the warehouse keeps the
+/// previous state, and the next run loads every organization of the batch exactly. An
+/// organization's own warehouse (from `--warehouse per-org`) is taken into the fleet warehouse,
+/// history and ledger included.
+#[test]
+fn a_fleet_warehouse_survives_a_kill_mid_batch_and_adopts_own_warehouses() {
+    let emu = fleet_emulator(3, 90, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["x", "y", "z"], "");
+    let keys = key_env(3);
+    // x first syncs on its own warehouse.
+    let per_org = ["run", "--config", file.to_str().unwrap(), "--only", "x"];
+    let o = fleet(dir.path(), &emu, &per_org, &keys);
+    assert_exit(&per_org, &o, 0);
+    let fleet_args = ["run", "--config", file.to_str().unwrap(), "--warehouse", "fleet", "--batch-size", "3"];
+    let o = Bin::new(dir.path())
+        .emu(&emu)
+        .out(&dir.path().join("out"))
+        .args(["fleet"])
+        .args(fleet_args)
+        .envs(keys.iter().cloned())
+        .env("CREATOR_ETL_CRASH_AT", "fleet-load-before-commit")
+        .run();
+    assert!(!o.status.success(), "{}", show(&fleet_args, &o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("crash injected"), "{}", show(&fleet_args, &o));
+    let o = fleet(dir.path(), &emu, &fleet_args, &keys);
+    assert_exit(&fleet_args, &o, 0);
+    let orgs = by_name(&report(&o));
+    for (name, k) in [("x", 1), ("y", 2), ("z", 3)] {
+        assert_eq!(orgs[name]["outcome"], "completed", "{}", show(&fleet_args, &o));
+        assert_eq!(fleet_ids(dir.path(), name), truth_ids(&emu, k), "{name}");
+    }
+    assert_eq!(orgs["x"]["sync"], "quick", "x goes on from its own warehouse's state");
+    let c = db(&dir.path().join("out"));
+    assert_eq!(count(&c, "SELECT count(*) FROM runs WHERE organization = 'x'"), 2, "its own run, then the fleet's");
+    assert_eq!(count(&c, "SELECT count(*) FROM runs WHERE organization = 'y'"), 1);
+    // A fleet warehouse is not one organization's: `run` on it is refused before any request.
+    let before = emu.state.requests().len();
+    let o = Bin::new(dir.path()).emu(&emu).out(&dir.path().join("out")).key(&org_key(1)).args(["run"]).run();
+    assert_exit(&[], &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("fleet's warehouse"), "{}", show(&[], &o));
+    assert_eq!(emu.state.requests().len(), before);
 }
