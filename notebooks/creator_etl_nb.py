@@ -8,8 +8,8 @@ The data is either
   one organization; the views then have the warehouse's columns, as `creator-etl query --org`.
 
 A fleet's warehouse (`fleet run --warehouse fleet`, every table with `organization`) is read
-like the lake: CREATOR_ETL_ORG picks one organization, and without it the views hold every
-organization (the named queries then need CREATOR_ETL_ORG when there are several).
+like the lake: CREATOR_ETL_ORG picks one organization; without it, a fleet warehouse of one
+organization is read whole, and one of several is refused (the queries are per organization).
 
 The SQL is read from `queries/`, never copied into a notebook.
 """

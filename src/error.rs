@@ -66,9 +66,12 @@ impl Error {
                 | LoadError::Kind(_)
                 | LoadError::Extract(ExtractError::NoSuchRun(_)),
             ) => exit::USAGE,
-            Error::Action(ActionError::Read { .. } | ActionError::Invalid { .. } | ActionError::TooManyRows { .. }) => {
-                exit::USAGE
-            }
+            Error::Action(
+                ActionError::Read { .. }
+                | ActionError::Invalid { .. }
+                | ActionError::TooManyRows { .. }
+                | ActionError::Warehouse(LoadError::Kind(_)),
+            ) => exit::USAGE,
             Error::Action(ActionError::Out(OutError::Locked { .. })) => exit::LOCKED,
             Error::Query(QueryError::Db(_) | QueryError::Lake(_)) => exit::FAILED,
             Error::Query(_) => exit::USAGE,

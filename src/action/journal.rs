@@ -131,6 +131,9 @@ impl Journal {
         let Some((conn, note)) = warehouse::open_latest_read_only(out)? else {
             return Ok(None);
         };
+        if crate::load::fleet::is_fleet(&conn)? {
+            return Err(crate::load::LoadError::Kind(crate::load::fleet::NOT_ONE_ORGANIZATION.into()).into());
+        }
         let has_journal: bool = conn
             .query_row(
                 "SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = 'action_journal'",

@@ -157,6 +157,14 @@ impl FleetRunArgs {
         if !(1..=10_000).contains(&self.batch_size) {
             problems.push("`--batch-size` must be between 1 and 10000".into());
         }
+        if self.warehouse == WarehouseKind::PerOrg
+            && crate::load::fleet::holds_fleet_warehouse(&crate::out::OutDir::new(&global.out))
+        {
+            problems.push(format!(
+                "`{}` holds a fleet warehouse: sync it with `--warehouse fleet` (a per-organization run would leave it behind)",
+                global.out.display()
+            ));
+        }
         if self.warehouse == WarehouseKind::Fleet && self.lake.is_some() {
             problems.push(
                 "`--lake` needs `--warehouse per-org` for now: the fleet warehouse does not commit to the lake yet"

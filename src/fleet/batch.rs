@@ -7,13 +7,13 @@
 //! the Parquet tree and the readers' snapshot are published if the last publish is at least
 //! `publish_every` old, and always when the run ends. One DuckDB start serves the whole run.
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Semaphore};
 
-use crate::extract::{ExtractConfig, ExtractReport, Extracted, Snapshot};
+use crate::extract::{ExtractConfig, ExtractReport, Snapshot};
 use crate::load::fleet::{BatchConfig, FleetWarehouse, Member};
 use crate::load::{LoadError, LoadReport};
 use crate::out::OutDir;
@@ -52,6 +52,9 @@ enum Request {
 pub struct Batcher {
     requests: mpsc::Sender<Request>,
     thread: std::thread::JoinHandle<Result<(), LoadError>>,
+    /// Landings read into memory and not yet loaded: at most two batches' worth (one loading,
+    /// one gathering), however many extracts finish at once.
+    landings: Arc<Semaphore>,
 }
 
 impl Batcher {
@@ -59,17 +62,23 @@ impl Batcher {
     /// starts its thread.
     pub fn start(out: &OutDir, options: BatchOptions) -> Result<Batcher, Error> {
         let warehouse = FleetWarehouse::open(out, options.config.parquet_grace)?;
+        let landings = Arc::new(Semaphore::new(2 * options.size.max(1)));
         let (requests, inbox) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("fleet-warehouse".into())
             .spawn(move || serve(warehouse, inbox, options))
             .map_err(|e| Error::Io { context: "start the fleet warehouse's thread".into(), source: e })?;
-        Ok(Batcher { requests, thread })
+        Ok(Batcher { requests, thread, landings })
     }
 
     /// The handle an organization's sync loads through.
     pub fn handle(&self, org: &str, own: &OutDir) -> OrgWarehouse {
-        OrgWarehouse { org: org.to_owned(), own: own.clone(), requests: self.requests.clone() }
+        OrgWarehouse {
+            org: org.to_owned(),
+            own: own.clone(),
+            requests: self.requests.clone(),
+            landings: self.landings.clone(),
+        }
     }
 
     /// Waits for the last batch and the last publish, once every handle is dropped.
@@ -91,6 +100,7 @@ pub struct OrgWarehouse {
     /// The organization's own directory: its landing and its journal's warehouse.
     own: OutDir,
     requests: mpsc::Sender<Request>,
+    landings: Arc<Semaphore>,
 }
 
 impl OrgWarehouse {
@@ -100,10 +110,7 @@ impl OrgWarehouse {
         Box::pin(async move {
             match answer.await {
                 Ok(result) if sent => result,
-                _ => Err(Error::Io {
-                    context: "the fleet warehouse's thread".into(),
-                    source: std::io::Error::other("it stopped before answering (a bug): see the log"),
-                }),
+                _ => Err(stopped()),
             }
         })
     }
@@ -114,13 +121,30 @@ impl SharedWarehouse for OrgWarehouse {
         self.ask(|reply| Request::Previous { org: self.org.clone(), own: self.own.clone(), config, reply })
     }
 
-    fn load(&self, extracted: Extracted, report: ExtractReport) -> BoxFuture<'_, Result<LoadReport, Error>> {
-        let member = Member { org: self.org.clone(), extracted, report: Some(report) };
-        self.ask(|reply| Request::Load { member: Box::new(member), reply })
+    fn load(&self, report: ExtractReport) -> BoxFuture<'_, Result<LoadReport, Error>> {
+        Box::pin(async move {
+            // The landing is read here, on a blocking thread, while the writer loads earlier
+            // batches; the permit bounds the landings held in memory.
+            let _held = self.landings.clone().acquire_owned().await.map_err(|_| stopped())?;
+            let (own, run_id, checked) = (self.own.clone(), report.run_id.clone(), report.clone());
+            let extracted =
+                crate::sync::blocking("landing", move || crate::load::read_checked(&own, &run_id, Some(&checked)))
+                    .await?;
+            let member = Member { org: self.org.clone(), extracted, report: Some(report) };
+            self.ask(|reply| Request::Load { member: Box::new(member), reply }).await
+        })
     }
 
     fn record_actions(&self) -> BoxFuture<'_, Result<(), Error>> {
         self.ask(|reply| Request::Actions { org: self.org.clone(), own: self.own.clone(), reply })
+    }
+}
+
+/// The writer's thread is gone: it panicked (a bug).
+fn stopped() -> Error {
+    Error::Io {
+        context: "the fleet warehouse's thread".into(),
+        source: std::io::Error::other("it stopped before answering (a bug): see the log"),
     }
 }
 
@@ -130,7 +154,10 @@ fn serve(mut w: FleetWarehouse, inbox: mpsc::Receiver<Request>, options: BatchOp
     let mut opened: Option<Instant> = None;
     let mut published = Instant::now();
     loop {
-        let timeout = opened.map_or(Duration::from_secs(3600), |t| options.wait.saturating_sub(t.elapsed()));
+        // Wake for the open batch's deadline, and for the publish of loaded data when it is due.
+        let batch_due = opened.map(|t| options.wait.saturating_sub(t.elapsed()));
+        let publish_due = w.unpublished().then(|| options.publish_every.saturating_sub(published.elapsed()));
+        let timeout = batch_due.into_iter().chain(publish_due).min().unwrap_or(Duration::from_secs(3600));
         let ended = match inbox.recv_timeout(timeout) {
             Ok(Request::Previous { org, own, config, reply }) => {
                 let answer = w
@@ -165,13 +192,13 @@ fn serve(mut w: FleetWarehouse, inbox: mpsc::Receiver<Request>, options: BatchOp
                 let _ = reply.send(outcome.map_err(Error::from));
             }
             tracing::info!(organizations = size, ms = started.elapsed().as_millis() as u64, "batch loaded");
-            if published.elapsed() >= options.publish_every && !ended {
-                publish(&mut w);
-                published = Instant::now();
-            }
         }
         if ended {
             return w.publish();
+        }
+        if w.unpublished() && published.elapsed() >= options.publish_every {
+            publish(&mut w);
+            published = Instant::now();
         }
     }
 }

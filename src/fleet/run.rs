@@ -47,7 +47,7 @@ pub struct RunOptions {
     /// The fleet's `--out`.
     pub out: PathBuf,
     /// Load into one fleet warehouse under `out`, in these batches; `None`: each organization
-    /// into its own warehouse (`--per-org-warehouses`).
+    /// into its own warehouse (`--warehouse per-org`).
     pub batches: Option<BatchOptions>,
 }
 

@@ -36,6 +36,23 @@ use crate::out::OutDir;
 /// The schema version of a fleet warehouse this version writes.
 pub const FLEET_SCHEMA_VERSION: i32 = 1;
 
+/// Why one organization's command refuses a fleet warehouse.
+pub const NOT_ONE_ORGANIZATION: &str = "this is a fleet's warehouse (every table keyed by `organization`), written by \
+     `fleet run --warehouse fleet`; read it with `creator-etl query --org NAME`, and sync its organizations with \
+     `fleet run --warehouse fleet`";
+
+/// Whether `out` holds a fleet warehouse (its writer's file). A file that cannot be opened
+/// (held by its writer) is checked by its readers' snapshot; `false` when neither can be read.
+pub fn holds_fleet_warehouse(out: &OutDir) -> bool {
+    [warehouse::writer_path(out), warehouse::published_path(out)].iter().filter(|p| p.is_file()).any(|path| {
+        duckdb::Config::default()
+            .access_mode(duckdb::AccessMode::ReadOnly)
+            .and_then(|c| Connection::open_with_flags(path, c))
+            .ok()
+            .is_some_and(|c| is_fleet(&c).unwrap_or(false))
+    })
+}
+
 /// The marker of a fleet warehouse: its schema versions (one organization's warehouse has
 /// `schema_version`).
 const MARKER: &str = "fleet_schema_version";
@@ -99,8 +116,9 @@ pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
         .map_err(|e| LoadError::db("read the schema", e))?;
     if single {
         return Err(LoadError::Kind(
-            "this is one organization's warehouse, not a fleet's: `fleet run` keeps its warehouse under its own \
-             `--out` (give it a directory of its own, or `--per-org-warehouses` to keep one warehouse per organization)"
+            "this is one organization's warehouse, not a fleet's: `fleet run --warehouse fleet` keeps its warehouse \
+             under its own `--out` (give it a directory of its own, or `--warehouse per-org` to keep one warehouse per \
+             organization)"
                 .into(),
         ));
     }
@@ -177,12 +195,22 @@ impl FleetWarehouse {
     pub fn open(out: &OutDir, grace: Duration) -> Result<Self, LoadError> {
         let mut w = FleetWarehouse { out: out.clone(), conn: None, grace, unpublished: false, loaded: BTreeSet::new() };
         super::clean_leftovers(out);
+        // A publish killed after its export, or a snapshot missing or older than the writer's
+        // file or its WAL: the readers are behind. (Read before DuckDB opens the file.)
+        let modified = |p: PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let writer = warehouse::writer_path(out);
+        let written = modified(writer.clone()).max(modified(PathBuf::from(format!("{}.wal", writer.display()))));
+        let behind = match (written, modified(warehouse::published_path(out))) {
+            (Some(written), Some(published)) => written > published,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
         let conn = w.conn()?;
-        // A crash between a batch's commit and the publish left the readers behind.
-        let unpublished = conn
+        // A crash between a batch's commit and the publish left the readers behind too.
+        let unexported = conn
             .query_row("SELECT count(*) > 0 FROM runs WHERE NOT parquet_exported", [], |r| r.get(0))
             .map_err(|e| LoadError::db("read `runs`", e))?;
-        w.unpublished = unpublished;
+        w.unpublished = unexported || behind;
         w.loaded = w.organizations()?;
         Ok(w)
     }
@@ -230,9 +258,17 @@ impl FleetWarehouse {
             ));
             drop.push_str(&format!("DROP VIEW IF EXISTS temp.main.{t};\n"));
         }
-        conn.execute_batch(&views).map_err(|e| LoadError::db(format!("read organization `{org}`'s rows"), e))?;
-        let result = read(conn);
-        conn.execute_batch(&drop).map_err(|e| LoadError::db("drop the organization's views", e))?;
+        let result = match conn.execute_batch(&views) {
+            Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(conn)))
+                .unwrap_or_else(|panic| Err(panicked(&format!("read organization `{org}`'s rows"), panic))),
+            Err(e) => Err(LoadError::db(format!("read organization `{org}`'s rows"), e)),
+        };
+        // The views must not outlive the read: a connection that cannot drop them is closed
+        // (temporary views are the connection's own), and the next use reopens the file.
+        if let Err(e) = conn.execute_batch(&drop) {
+            tracing::warn!(error = %e, "cannot drop an organization's views; reopening the fleet warehouse");
+            self.conn = None;
+        }
         result
     }
 
@@ -250,7 +286,10 @@ impl FleetWarehouse {
                 if config.strict && p.quality.fails_strict() {
                     return Err(LoadError::Strict(p.quality.findings.join("; ")));
                 }
-                stage(&mut p.frames, |table| staged_file(&staging, table, &org))?;
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    stage(&mut p.frames, |table| staged_file(&staging, table, &org))
+                }))
+                .unwrap_or_else(|panic| Err(panicked("stage the organization's tables", panic)))?;
                 laps.lap("stage");
                 Ok(Ready { org: org.clone(), spec: p.spec, quality: p.quality, report, laps: laps.stages_ms })
             });
@@ -285,7 +324,14 @@ impl FleetWarehouse {
         if ready.is_empty() {
             return vec![];
         }
-        match self.commit_all(&ready, staging) {
+        let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.commit_all(&ready, staging)))
+            .unwrap_or_else(|panic| Err(panicked("load the batch", panic)));
+        if committed.is_err() {
+            // A failed statement can leave the connection unusable (DuckDB invalidates a
+            // database after some errors): the next attempt reopens the file.
+            self.conn = None;
+        }
+        match committed {
             Ok(reports) => reports,
             Err(e) if ready.len() == 1 => vec![(ready[0].org.clone(), Err(e))],
             Err(e) => {
@@ -304,16 +350,14 @@ impl FleetWarehouse {
         let list = sql_list(&orgs);
         let mut sql = String::from("BEGIN TRANSACTION;\n");
         for (table, _) in TABLES {
-            let files: Vec<String> = orgs
-                .iter()
-                .map(|org| format!("'{}'", staged_file(staging, table, org).display().to_string().replace('\'', "''")))
-                .collect();
-            sql.push_str(&format!(
-                "DELETE FROM {table} WHERE organization IN ({list});\n\
-                 INSERT INTO {table} BY NAME SELECT * FROM read_parquet([{}], hive_partitioning = true, \
-                 hive_types = {{'organization': VARCHAR}});\n",
-                files.join(", ")
-            ));
+            sql.push_str(&format!("DELETE FROM {table} WHERE organization IN ({list});\n"));
+            for org in &orgs {
+                let file = staged_file(staging, table, org).display().to_string().replace('\'', "''");
+                sql.push_str(&format!(
+                    "INSERT INTO {table} BY NAME SELECT {} AS organization, * FROM read_parquet('{file}', hive_partitioning = false);\n",
+                    sql_list(std::slice::from_ref(org))
+                ));
+            }
         }
         if let Err(e) = conn.execute_batch(&sql) {
             let _ = conn.execute_batch("ROLLBACK");
@@ -375,7 +419,7 @@ impl FleetWarehouse {
     }
 
     /// Takes an organization's own warehouse (`own`, from a fleet run with
-    /// `--per-org-warehouses`, or restored from the lake) into the fleet warehouse when the
+    /// `--warehouse per-org`, or restored from the lake) into the fleet warehouse when the
     /// fleet warehouse has no run of it: its tables, history, ledger and actions' results, so
     /// that its quick sync and its history go on from there. Returns whether it did.
     pub fn adopt(&mut self, org: &str, own: &OutDir) -> Result<bool, LoadError> {
@@ -462,6 +506,7 @@ impl FleetWarehouse {
         export_tables(conn, &out, &format!("fleet-{}", crate::out::new_run_id()), grace, true)?;
         conn.execute("UPDATE runs SET parquet_exported = true WHERE NOT parquet_exported", [])
             .map_err(|e| LoadError::db("record the export", e))?;
+        crate::out::crash_point("fleet-publish-before-snapshot");
         let conn = self.conn.take().expect("opened above");
         warehouse::publish(conn, &out)?;
         self.unpublished = false;
@@ -469,10 +514,20 @@ impl FleetWarehouse {
     }
 }
 
-/// Where a member's table is staged: laid out by organization, which the load reads back as
-/// the `organization` column.
+/// Where a member's table is staged. The `organization` column is added when it is read back,
+/// never taken from the path.
 fn staged_file(staging: &Path, table: &str, org: &str) -> PathBuf {
-    staging.join(table).join(format!("organization={org}")).join("data.parquet")
+    staging.join(table).join(format!("{org}.parquet"))
+}
+
+/// A load step that panicked (a bug), as an error of that member or batch alone.
+fn panicked(what: &str, panic: Box<dyn std::any::Any + Send>) -> LoadError {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    LoadError::Db { context: format!("{what} (it panicked, a bug; see the log)"), message }
 }
 
 /// Rows per table of each of `orgs`, for the reports and the ledger; every table is named for
@@ -601,6 +656,39 @@ mod tests {
 
     fn count(conn: &Connection, sql: &str) -> i64 {
         conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    /// A `--out` whose path has `key=value` folders (`organization=` among them) loads each
+    /// member under its own name: the name never comes from a path.
+    #[test]
+    fn an_out_path_with_partition_like_folders_loads_each_member_as_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::new(dir.path().join("organization=main").join("env=prod"));
+        let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+        use ApplicationStatus::Pending;
+        let outcomes = w.load(
+            vec![member("a", run("r1", &[(1, Pending)], 7, 0)), member("b", run("r1", &[(2, Pending)], 7, 1))],
+            &config(false),
+        );
+        assert!(
+            outcomes.iter().all(|(_, r)| r.is_ok()),
+            "{:?}",
+            outcomes.iter().map(|(_, r)| r.as_ref().err()).collect::<Vec<_>>()
+        );
+        let conn = w.conn().unwrap();
+        assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = 'a' AND id = 1"), 1);
+        assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = 'b' AND id = 2"), 1);
+        assert_eq!(count(conn, "SELECT count(DISTINCT organization) FROM content_daily"), 2);
+        // One organization's load reads its staged files the same way.
+        let single = super::super::LoadConfig {
+            out: OutDir::new(dir.path().join("single").join("env=prod")),
+            cohort_edges: crate::transform::DEFAULT_COHORT_EDGES.to_vec(),
+            strict: false,
+            parquet_grace: Duration::from_secs(3600),
+            lake: None,
+        };
+        let report = super::super::load_extracted(&single, run("r1", &[(1, Pending)], 7, 0), None).unwrap();
+        assert_eq!(report.rows["applications"], 1);
     }
 
     #[test]

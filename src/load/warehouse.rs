@@ -324,11 +324,7 @@ pub fn no_downloads(conn: &Connection) -> duckdb::Result<()> {
 /// Applies every migration above the warehouse's version, each in its own transaction.
 pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
     if super::fleet::is_fleet(conn)? {
-        return Err(LoadError::Kind(
-            "this is a fleet's warehouse (every table keyed by `organization`), written by `fleet run`; \
-             read it with `creator-etl query --org NAME`, and sync its organizations with `fleet run`"
-                .into(),
-        ));
+        return Err(LoadError::Kind(super::fleet::NOT_ONE_ORGANIZATION.into()));
     }
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_at TIMESTAMPTZ NOT NULL);",
@@ -373,7 +369,7 @@ pub fn swap_in_sql(staging: &Path) -> String {
         sql.push_str(&format!(
             "DROP TABLE IF EXISTS {name}__new;\n\
              CREATE TABLE {name}__new ({ddl});\n\
-             INSERT INTO {name}__new BY NAME SELECT * FROM read_parquet('{file}');\n\
+             INSERT INTO {name}__new BY NAME SELECT * FROM read_parquet('{file}', hive_partitioning = false);\n\
              DROP TABLE {name};\n\
              ALTER TABLE {name}__new RENAME TO {name};\n"
         ));

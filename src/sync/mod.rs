@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::action::{ActionConfig, ActionReport, Reviewed};
 use crate::api::Client;
-use crate::extract::{ExtractConfig, ExtractReport, Extracted, Snapshot, SyncMode};
+use crate::extract::{ExtractConfig, ExtractReport, Snapshot, SyncMode};
 use crate::load::{LoadConfig, LoadReport};
 use crate::{exit, Error};
 
@@ -52,8 +52,9 @@ pub trait SharedWarehouse: Send + Sync {
     /// What [`read_previous`] reads from an organization's own warehouse: the quick sync's
     /// snapshot and the content cursor.
     fn previous(&self, config: ExtractConfig) -> BoxFuture<'_, Result<(ExtractConfig, Option<Snapshot>), Error>>;
-    /// Loads the organization's run; resolves when the batch it joined has committed.
-    fn load(&self, extracted: Extracted, report: ExtractReport) -> BoxFuture<'_, Result<LoadReport, Error>>;
+    /// Loads the organization's extracted run (its landing, checked against `report`);
+    /// resolves when the batch it joined has committed.
+    fn load(&self, report: ExtractReport) -> BoxFuture<'_, Result<LoadReport, Error>>;
     /// Takes the actions' results of the organization's own warehouse (where its journal is).
     fn record_actions(&self) -> BoxFuture<'_, Result<(), Error>>;
 }
@@ -149,11 +150,7 @@ pub async fn run(
             let _held = permit().await;
             load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone())).await?
         }
-        Some(w) => {
-            let (own, run_id, report) = (out.clone(), extracted.run_id.clone(), extracted.clone());
-            let landing = blocking("landing", move || crate::load::read_checked(&own, &run_id, Some(&report))).await?;
-            w.load(landing, extracted.clone()).await?
-        }
+        Some(w) => w.load(extracted.clone()).await?,
     };
     let actions = match actions {
         Some((action_config, reviewed)) => {

@@ -1043,10 +1043,49 @@ fn a_fleet_warehouse_survives_a_kill_mid_batch_and_adopts_own_warehouses() {
     let c = db(&dir.path().join("out"));
     assert_eq!(count(&c, "SELECT count(*) FROM runs WHERE organization = 'x'"), 2, "its own run, then the fleet's");
     assert_eq!(count(&c, "SELECT count(*) FROM runs WHERE organization = 'y'"), 1);
-    // A fleet warehouse is not one organization's: `run` on it is refused before any request.
+    // A fleet warehouse is not one organization's: `run`, `actions plan` and a per-organization
+    // fleet run on it are refused before any request.
     let before = emu.state.requests().len();
     let o = Bin::new(dir.path()).emu(&emu).out(&dir.path().join("out")).key(&org_key(1)).args(["run"]).run();
     assert_exit(&[], &o, 2);
     assert!(String::from_utf8_lossy(&o.stderr).contains("fleet's warehouse"), "{}", show(&[], &o));
+    let csv = dir.path().join("reviewed.csv");
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/reviewed.csv"), &csv).unwrap();
+    let plan = ["actions", "plan", csv.to_str().unwrap()];
+    let o = Bin::new(dir.path()).emu(&emu).out(&dir.path().join("out")).key(&org_key(1)).args(plan).run();
+    assert_exit(&plan, &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("fleet's warehouse"), "{}", show(&plan, &o));
+    let per_org = ["run", "--config", file.to_str().unwrap(), "--warehouse", "per-org"];
+    let o = fleet(dir.path(), &emu, &per_org, &keys);
+    assert_exit(&per_org, &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("holds a fleet warehouse"), "{}", show(&per_org, &o));
     assert_eq!(emu.state.requests().len(), before);
+
+    // A kill during a publish, after the export: the next run publishes, even one that loads
+    // nothing (here: no service to reach).
+    let moved = emu.state.applications(numbered_org(2)).iter().find(|a| a.status.as_str() == "pending").unwrap().id;
+    emu.state.set_application_status(moved, creator_etl::api::models::ApplicationStatus::Accepted);
+    let o = Bin::new(dir.path())
+        .emu(&emu)
+        .out(&dir.path().join("out"))
+        .args(["fleet"])
+        .args(fleet_args)
+        .envs(keys.iter().cloned())
+        .env("CREATOR_ETL_CRASH_AT", "fleet-publish-before-snapshot")
+        .run();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("crash injected"), "{}", show(&fleet_args, &o));
+    let status = |dir: &Path| -> String {
+        db(&dir.join("out"))
+            .query_row("SELECT status FROM applications WHERE organization = 'y' AND id = ?", [moved], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(status(dir.path()), "pending", "the snapshot is the last published one");
+    let o = Bin::new(dir.path())
+        .out(&dir.path().join("out"))
+        .args(["--base-url", "http://127.0.0.1:9", "--max-attempts", "1", "fleet"])
+        .args(fleet_args)
+        .envs(keys.iter().cloned())
+        .run();
+    assert_exit(&fleet_args, &o, 1);
+    assert_eq!(status(dir.path()), "accepted", "published by a run that loaded nothing");
 }
