@@ -65,31 +65,41 @@ def connect() -> duckdb.DuckDBPyConnection:
 
 def _connect_fleet() -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the fleet warehouse attached read-only and a view per table."""
+    con = _in_memory()
+    path = WAREHOUSE.replace("'", "''")
+    con.execute(f"ATTACH '{path}' AS fleet (READ_ONLY)")
+    return _views(con, "fleet.", {table: ["organization"] for table in LAKE_TABLES}, "the fleet warehouse")
+
+
+def _connect_lake() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with one view per lake table, over each table's current snapshot."""
+    from deltalake import DeltaTable
+
+    con = _in_memory()
+    partitions = {}
+    for table in LAKE_TABLES:
+        dt = DeltaTable(f"{LAKE}/{table}")
+        partitions[table] = dt.metadata().partition_columns
+        # A pyarrow dataset: DuckDB scans it over Arrow and pushes the organization filter down.
+        con.register(f"lake_{table}", dt.to_pyarrow_dataset())
+    return _views(con, "lake_", partitions, "the lake")
+
+
+def _in_memory() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET autoinstall_known_extensions = false")
-    path = WAREHOUSE.replace("'", "''")
-    con.execute(f"ATTACH '{path}' AS fleet (READ_ONLY)")
-    organizations = set()
-    for table in LAKE_TABLES:
-        organizations |= {row[0] for row in con.sql(f"SELECT DISTINCT organization FROM fleet.{table}").fetchall()}
-    _check_org(organizations, "the fleet warehouse")
-    for table in LAKE_TABLES:
-        if ORG is None:
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM fleet.{table}")
-        else:
-            literal = ORG.replace("'", "''")
-            con.execute(
-                f"CREATE VIEW {table} AS SELECT * EXCLUDE (organization) FROM fleet.{table} WHERE organization = '{literal}'"
-            )
-    if ORG is not None:
-        con.execute((REPO / "src" / "load" / "views.sql").read_text())
     return con
 
 
-def _check_org(organizations: set, within: str) -> None:
-    """The named queries are per organization: CREATOR_ETL_ORG must name one that is there, or
-    there must be at most one."""
+def _views(con: duckdb.DuckDBPyConnection, prefix: str, hidden: dict, within: str) -> duckdb.DuckDBPyConnection:
+    """One view per table over `<prefix><table>`, which has `organization`: of the organization
+    CREATOR_ETL_ORG names, without the columns `hidden` lists for the table (one organization's
+    columns, as `creator-etl query --org`), or of every organization. The named queries are per
+    organization: CREATOR_ETL_ORG must name one that is there, or there must be at most one."""
+    organizations = set()
+    for table in LAKE_TABLES:
+        organizations |= {row[0] for row in con.sql(f"SELECT DISTINCT organization FROM {prefix}{table}").fetchall()}
     if ORG is None and len(organizations) > 1:
         raise ValueError(
             f"{within} holds {len(organizations)} organizations ({', '.join(sorted(organizations))}); "
@@ -97,32 +107,14 @@ def _check_org(organizations: set, within: str) -> None:
         )
     if ORG is not None and ORG not in organizations:
         raise ValueError(f"CREATOR_ETL_ORG={ORG}: {within} holds no rows of it ({', '.join(sorted(organizations))})")
-
-
-def _connect_lake() -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with one view per lake table, over each table's current snapshot."""
-    from deltalake import DeltaTable
-
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    con.execute("SET autoinstall_known_extensions = false")
-    organizations = set()
-    partitions = {}
-    for table in LAKE_TABLES:
-        dt = DeltaTable(f"{LAKE}/{table}")
-        partitions[table] = dt.metadata().partition_columns
-        # A pyarrow dataset: DuckDB scans it over Arrow and pushes the organization filter down.
-        con.register(f"lake_{table}", dt.to_pyarrow_dataset())
-        organizations |= {row[0] for row in con.sql(f"SELECT DISTINCT organization FROM lake_{table}").fetchall()}
-    _check_org(organizations, "the lake")
     for table in LAKE_TABLES:
         if ORG is None:
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM lake_{table}")
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM {prefix}{table}")
         else:
             literal = ORG.replace("'", "''")
-            hidden = ", ".join(partitions[table])
+            columns = ", ".join(hidden[table])
             con.execute(
-                f"CREATE VIEW {table} AS SELECT * EXCLUDE ({hidden}) FROM lake_{table} WHERE organization = '{literal}'"
+                f"CREATE VIEW {table} AS SELECT * EXCLUDE ({columns}) FROM {prefix}{table} WHERE organization = '{literal}'"
             )
     if ORG is not None:
         # The warehouse's own views over those tables (`cohort_acceptance`), from the same file.

@@ -1022,16 +1022,20 @@ fn a_fleet_warehouse_survives_a_kill_mid_batch_and_adopts_own_warehouses() {
     let o = fleet(dir.path(), &emu, &per_org, &keys);
     assert_exit(&per_org, &o, 0);
     let fleet_args = ["run", "--config", file.to_str().unwrap(), "--warehouse", "fleet", "--batch-size", "3"];
-    let o = Bin::new(dir.path())
-        .emu(&emu)
-        .out(&dir.path().join("out"))
-        .args(["fleet"])
-        .args(fleet_args)
-        .envs(keys.iter().cloned())
-        .env("CREATOR_ETL_CRASH_AT", "fleet-load-before-commit")
-        .run();
-    assert!(!o.status.success(), "{}", show(&fleet_args, &o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("crash injected"), "{}", show(&fleet_args, &o));
+    // A fleet run killed at a crash point.
+    let crash_at = |point: &str| {
+        let o = Bin::new(dir.path())
+            .emu(&emu)
+            .out(&dir.path().join("out"))
+            .args(["fleet"])
+            .args(fleet_args)
+            .envs(keys.iter().cloned())
+            .env("CREATOR_ETL_CRASH_AT", point)
+            .run();
+        assert!(!o.status.success(), "{}", show(&fleet_args, &o));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("crash injected"), "{}", show(&fleet_args, &o));
+    };
+    crash_at("fleet-load-before-commit");
     let o = fleet(dir.path(), &emu, &fleet_args, &keys);
     assert_exit(&fleet_args, &o, 0);
     let orgs = by_name(&report(&o));
@@ -1065,15 +1069,7 @@ fn a_fleet_warehouse_survives_a_kill_mid_batch_and_adopts_own_warehouses() {
     // nothing (here: no service to reach).
     let moved = emu.state.applications(numbered_org(2)).iter().find(|a| a.status.as_str() == "pending").unwrap().id;
     emu.state.set_application_status(moved, creator_etl::api::models::ApplicationStatus::Accepted);
-    let o = Bin::new(dir.path())
-        .emu(&emu)
-        .out(&dir.path().join("out"))
-        .args(["fleet"])
-        .args(fleet_args)
-        .envs(keys.iter().cloned())
-        .env("CREATOR_ETL_CRASH_AT", "fleet-publish-before-snapshot")
-        .run();
-    assert!(String::from_utf8_lossy(&o.stderr).contains("crash injected"), "{}", show(&fleet_args, &o));
+    crash_at("fleet-publish-before-snapshot");
     let status = |dir: &Path| -> String {
         db(&dir.join("out"))
             .query_row("SELECT status FROM applications WHERE organization = 'y' AND id = ?", [moved], |r| r.get(0))
