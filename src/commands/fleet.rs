@@ -241,10 +241,7 @@ pub enum WarehouseKind {
 
 /// A batching duration flag: `500ms`, `2s`, or a number of seconds; zero is allowed.
 fn batch_duration(flag: &str, text: &str, problems: &mut Vec<String>) -> Option<std::time::Duration> {
-    let parsed = match text.trim().parse::<u64>() {
-        Ok(secs) => Some(std::time::Duration::from_secs(secs)),
-        Err(_) => humantime::parse_duration(text.trim()).ok(),
-    };
+    let parsed = super::parse_duration_or_zero(text);
     if parsed.is_none() {
         problems.push(format!("`{flag}` `{text}` is not a duration such as `500ms`, `2s` or `1m`"));
     }

@@ -112,12 +112,16 @@ pub(crate) fn duration_flag(flag: &str, text: &str, problems: &mut Vec<String>) 
 /// Parses a positive duration: `90` (seconds), or a number with a unit, as `90s`, `15m`, `2h`
 /// (and humantime's other units and forms, such as `1h 30m`).
 pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
+    parse_duration_or_zero(text).filter(|d| !d.is_zero())
+}
+
+/// [`parse_duration`], zero allowed (`0`, `0s`).
+pub(crate) fn parse_duration_or_zero(text: &str) -> Option<Duration> {
     let t = text.trim();
-    let parsed = match t.parse::<u64>() {
+    match t.parse::<u64>() {
         Ok(secs) => Some(Duration::from_secs(secs)),
         Err(_) => humantime::parse_duration(t).ok(),
-    };
-    parsed.filter(|d| !d.is_zero())
+    }
 }
 
 /// Both validations, with every problem of either reported together when both are usage

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use duckdb::Connection;
 
-use super::warehouse::{self, sql_list, TABLES};
+use super::warehouse::{self, sql_list, sql_literal, TABLES};
 use super::{export_tables, prepare, record_run, stage, Laps, LoadError, LoadReport};
 use crate::extract::{ExtractReport, Extracted};
 use crate::out::OutDir;
@@ -103,18 +103,12 @@ fn keyed(ddl: &str) -> String {
 
 /// Whether the warehouse `conn` is a fleet's.
 pub fn is_fleet(conn: &Connection) -> Result<bool, LoadError> {
-    conn.query_row("SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = ?", [MARKER], |r| r.get(0))
-        .map_err(|e| LoadError::db("read the schema", e))
+    warehouse::has_table(conn, MARKER)
 }
 
 /// Brings a fleet warehouse to [`FLEET_SCHEMA_VERSION`]; refuses one organization's warehouse.
 pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
-    let single: bool = conn
-        .query_row("SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = 'schema_version'", [], |r| {
-            r.get(0)
-        })
-        .map_err(|e| LoadError::db("read the schema", e))?;
-    if single {
+    if warehouse::has_table(conn, "schema_version")? {
         return Err(LoadError::Kind(
             "this is one organization's warehouse, not a fleet's: `fleet run --warehouse fleet` keeps its warehouse \
              under its own `--out` (give it a directory of its own, or `--warehouse per-org` to keep one warehouse per \
@@ -248,14 +242,11 @@ impl FleetWarehouse {
             .query_row("SELECT current_database()", [], |r| r.get(0))
             .map_err(|e| LoadError::db("read the database's name", e))?;
         let db = db.replace('"', "\"\"");
-        let org_literal = sql_list(&[org.to_owned()]);
         let mut views = String::new();
         let mut drop = String::new();
         for t in tables() {
-            views.push_str(&format!(
-                "CREATE OR REPLACE TEMP VIEW {t} AS SELECT * EXCLUDE (organization) FROM \"{db}\".main.{t} \
-                 WHERE organization = {org_literal};\n"
-            ));
+            let select = warehouse::organization_select(&format!("\"{db}\".main.{t}"), Some(org), &["organization"]);
+            views.push_str(&format!("CREATE OR REPLACE TEMP VIEW {t} AS {select};\n"));
             drop.push_str(&format!("DROP VIEW IF EXISTS temp.main.{t};\n"));
         }
         let result = match conn.execute_batch(&views) {
@@ -352,10 +343,10 @@ impl FleetWarehouse {
         for (table, _) in TABLES {
             sql.push_str(&format!("DELETE FROM {table} WHERE organization IN ({list});\n"));
             for org in &orgs {
-                let file = staged_file(staging, table, org).display().to_string().replace('\'', "''");
+                let file = sql_literal(&staged_file(staging, table, org).display().to_string());
                 sql.push_str(&format!(
-                    "INSERT INTO {table} BY NAME SELECT {} AS organization, * FROM read_parquet('{file}', hive_partitioning = false);\n",
-                    sql_list(std::slice::from_ref(org))
+                    "INSERT INTO {table} BY NAME SELECT {} AS organization, * FROM read_parquet({file}, hive_partitioning = false);\n",
+                    sql_literal(org)
                 ));
             }
         }
@@ -369,13 +360,7 @@ impl FleetWarehouse {
             let mut reports = vec![];
             for r in ready {
                 let mut quality = r.quality.clone();
-                quality.status_changes = changes.get(&r.org).copied().unwrap_or(0);
-                if quality.status_changes > 0 {
-                    quality.findings.push(format!(
-                        "{} applications changed status since the previous load",
-                        quality.status_changes
-                    ));
-                }
+                quality.set_status_changes(changes.get(&r.org).copied().unwrap_or(0));
                 let rows = rows.get(&r.org).cloned().unwrap_or_default();
                 record_run(conn, Some(&r.org), &r.spec, r.report.as_ref(), &rows, &quality, &r.laps)?;
                 reports.push((r.org.clone(), quality, rows));
@@ -446,10 +431,10 @@ impl FleetWarehouse {
     /// transaction. `false` (nothing changed) when its own warehouse has loaded no run and the
     /// copy is of every table.
     fn copy_from(&mut self, org: &str, own: &OutDir, copied: &[&str]) -> Result<bool, LoadError> {
-        let path = warehouse::writer_path(own).display().to_string().replace('\'', "''");
-        let org_literal = sql_list(&[org.to_owned()]);
+        let path = sql_literal(&warehouse::writer_path(own).display().to_string());
+        let org_literal = sql_literal(org);
         let conn = self.conn()?;
-        conn.execute_batch(&format!("ATTACH '{path}' AS own_warehouse (READ_ONLY);"))
+        conn.execute_batch(&format!("ATTACH {path} AS own_warehouse (READ_ONLY);"))
             .map_err(|e| LoadError::db(format!("open organization `{org}`'s own warehouse"), e))?;
         let result = (|| {
             if copied.contains(&"runs") {

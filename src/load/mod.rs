@@ -486,6 +486,14 @@ pub(crate) fn prepare(
 }
 
 impl QualityReport {
+    /// Records the applications whose status the load found changed, with a finding when any.
+    pub(crate) fn set_status_changes(&mut self, changes: u64) {
+        self.status_changes = changes;
+        if changes > 0 {
+            self.findings.push(format!("{changes} applications changed status since the previous load"));
+        }
+    }
+
     /// The findings `--strict` fails a load on (status changes are not among them).
     pub(crate) fn fails_strict(&self) -> bool {
         self.last_mismatches > 0 || self.total_mismatches > 0 || self.duplicate_keys > 0
@@ -517,12 +525,7 @@ pub fn load_extracted(
         return Err(LoadError::db("load the run's tables", e));
     }
     let result = (|| {
-        quality.status_changes = warehouse::record_history(&conn)?;
-        if quality.status_changes > 0 {
-            quality
-                .findings
-                .push(format!("{} applications changed status since the previous load", quality.status_changes));
-        }
+        quality.set_status_changes(warehouse::record_history(&conn)?);
         if config.strict && quality.fails_strict() {
             return Err(LoadError::Strict(quality.findings.join("; ")));
         }
@@ -588,7 +591,7 @@ pub(crate) fn record_run(
         return Ok(());
     }
     let (org_column, org_value) = match org {
-        Some(org) => ("organization, ", format!("'{}', ", org.replace('\'', "''"))),
+        Some(org) => ("organization, ", format!("{}, ", warehouse::sql_literal(org))),
         None => ("", String::new()),
     };
     let transform_ms = stages_ms.get("transform").copied().unwrap_or_default();

@@ -168,10 +168,7 @@ fn last_run(conn: &Connection) -> duckdb::Result<Option<(String, Option<String>)
 /// next run instead of being skipped. A run that met windows without statistics counts as
 /// loaded only up to the day before the first of them. `None` before the first load.
 pub fn content_cursor(conn: &Connection) -> Result<Option<NaiveDate>, LoadError> {
-    let has_runs: bool = conn
-        .query_row("SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = 'runs'", [], |r| r.get(0))
-        .map_err(|e| LoadError::db("read the schema", e))?;
-    if !has_runs {
+    if !super::warehouse::has_table(conn, "runs")? {
         return Ok(None);
     }
     let mut stmt = conn

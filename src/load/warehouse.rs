@@ -440,9 +440,32 @@ fn history_statements(orgs: Option<&str>) -> [String; 3] {
     ]
 }
 
+/// Whether the database `conn` has a table (or view) named `name`.
+pub fn has_table(conn: &Connection, name: &str) -> Result<bool, LoadError> {
+    conn.query_row("SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = ?", [name], |r| r.get(0))
+        .map_err(|e| LoadError::db("read the schema", e))
+}
+
+/// What a view over `source`, a table of many organizations (a fleet warehouse's, the lake's),
+/// selects: with `org`, that organization's rows without the `hidden` columns (one
+/// organization's columns); without, every row.
+pub fn organization_select(source: &str, org: Option<&str>, hidden: &[&str]) -> String {
+    match org {
+        Some(org) => {
+            format!("SELECT * EXCLUDE ({}) FROM {source} WHERE organization = {}", hidden.join(", "), sql_literal(org))
+        }
+        None => format!("SELECT * FROM {source}"),
+    }
+}
+
 /// Names as an SQL list of string literals: `'a', 'b'`.
 pub fn sql_list(names: &[String]) -> String {
-    names.iter().map(|n| format!("'{}'", n.replace('\'', "''"))).collect::<Vec<_>>().join(", ")
+    names.iter().map(|n| sql_literal(n)).collect::<Vec<_>>().join(", ")
+}
+
+/// A text as an SQL string literal, quotes doubled.
+pub fn sql_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
 }
 
 /// Rows per table, for the report and the ledger.

@@ -124,17 +124,8 @@ impl Snapshot {
                     )
                 }
             };
-            let select = match org {
-                Some(org) => {
-                    let columns: Vec<&str> = t.partitions.iter().map(|(c, _)| c.as_str()).collect();
-                    format!(
-                        "SELECT * EXCLUDE ({}) FROM {source} WHERE organization = {}",
-                        columns.join(", "),
-                        quote(org)
-                    )
-                }
-                None => format!("SELECT * FROM {source}"),
-            };
+            let hidden: Vec<&str> = t.partitions.iter().map(|(c, _)| c.as_str()).collect();
+            let select = crate::load::warehouse::organization_select(&source, org, &hidden);
             sql.push_str(&format!("CREATE VIEW {} AS {select};\n", t.table));
         }
         // The warehouse's own views over those tables, per organization.
@@ -147,7 +138,7 @@ impl Snapshot {
 
 /// A SQL string literal.
 fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
+    crate::load::warehouse::sql_literal(s)
 }
 
 fn lake_err(table: &str, e: impl std::fmt::Display) -> QueryError {

@@ -234,17 +234,12 @@ fn fleet_organizations(conn: &duckdb::Connection) -> Result<Vec<String>, QueryEr
 /// per table: of organization `org`'s rows with one organization's columns and views, or of
 /// every organization's.
 fn fleet_views(path: &Path, org: Option<&str>) -> Result<duckdb::Connection, QueryError> {
+    use crate::load::warehouse::sql_literal;
     let conn = duckdb::Connection::open_in_memory().map_err(db)?;
     crate::load::warehouse::no_downloads(&conn).map_err(db)?;
-    let mut sql = format!("ATTACH '{}' AS fleet (READ_ONLY);\n", path.display().to_string().replace('\'', "''"));
+    let mut sql = format!("ATTACH {} AS fleet (READ_ONLY);\n", sql_literal(&path.display().to_string()));
     for t in crate::load::fleet::tables() {
-        let select = match org {
-            Some(org) => format!(
-                "SELECT * EXCLUDE (organization) FROM fleet.{t} WHERE organization = '{}'",
-                org.replace('\'', "''")
-            ),
-            None => format!("SELECT * FROM fleet.{t}"),
-        };
+        let select = crate::load::warehouse::organization_select(&format!("fleet.{t}"), org, &["organization"]);
         sql.push_str(&format!("CREATE VIEW {t} AS {select};\n"));
     }
     if org.is_some() {
