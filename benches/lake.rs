@@ -56,7 +56,8 @@ fn main() {
         };
         load_extracted(&config, input.extracted(format!("bench-{i}"), true), None).expect("load");
         let dir = out.root().join(".lake-staging");
-        creator_etl::load::lake::stage(&out, &format!("org-{i}"), &dir).expect("stage");
+        creator_etl::load::lake::stage(&out, &format!("org-{i}"), &dir, &creator_etl::load::lake::committed_tables())
+            .expect("stage");
         staged.push((format!("org-{i}"), dir));
     }
     println!(
@@ -81,7 +82,14 @@ fn main() {
                             LakeConfig { url: url.clone(), org: org.clone(), unconditional_writes_ok: false },
                             dir.clone(),
                         );
-                        tokio::spawn(async move { creator_etl::load::lake::commit(&lake, &dir).await })
+                        tokio::spawn(async move {
+                            creator_etl::load::lake::commit_tables(
+                                &lake,
+                                &dir,
+                                &creator_etl::load::lake::committed_tables(),
+                            )
+                            .await
+                        })
                     })
                     .collect();
                 let mut reports = vec![];

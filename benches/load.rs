@@ -63,10 +63,22 @@ fn main() {
             let url = format!("file://{}", dir.path().join("lake").display());
             let lake = LakeConfig { url, org: "bench".into(), unconditional_writes_ok: false };
             let t = Instant::now();
-            creator_etl::load::lake::stage(&OutDir::new(dir.path()), "bench", &staged).expect("stage");
+            creator_etl::load::lake::stage(
+                &OutDir::new(dir.path()),
+                "bench",
+                &staged,
+                &creator_etl::load::lake::committed_tables(),
+            )
+            .expect("stage");
             let stage_ms = t.elapsed().as_millis() as u64;
             let t = Instant::now();
-            let report = runtime.block_on(creator_etl::load::lake::commit(&lake, &staged)).expect("commit");
+            let report = runtime
+                .block_on(creator_etl::load::lake::commit_tables(
+                    &lake,
+                    &staged,
+                    &creator_etl::load::lake::committed_tables(),
+                ))
+                .expect("commit");
             assert_eq!(report.rows["applications"], applications as u64);
             stages.entry("lake_stage".into()).or_default().push(stage_ms);
             stages.entry("lake_commit".into()).or_default().push(t.elapsed().as_millis() as u64);

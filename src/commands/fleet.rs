@@ -93,7 +93,7 @@ pub struct FleetRunArgs {
     /// Where the organizations' data goes: `fleet`, one warehouse for the whole fleet at
     /// `OUT/warehouse.duckdb` (every table with `organization`), loaded in batches; or
     /// `per-org`, a warehouse per organization under `OUT/orgs/<name>/`
-    #[arg(long, value_enum, default_value_t = WarehouseKind::PerOrg, value_name = "KIND")]
+    #[arg(long, value_enum, default_value_t = WarehouseKind::Fleet, value_name = "KIND")]
     pub warehouse: WarehouseKind,
     /// With `--warehouse fleet`: a batch loads at most N organizations…
     #[arg(long, default_value_t = crate::fleet::batch::DEFAULT_BATCH_SIZE, value_name = "N")]
@@ -164,12 +164,6 @@ impl FleetRunArgs {
                 "`{}` holds a fleet warehouse: sync it with `--warehouse fleet` (a per-organization run would leave it behind)",
                 global.out.display()
             ));
-        }
-        if self.warehouse == WarehouseKind::Fleet && self.lake.is_some() {
-            problems.push(
-                "`--lake` needs `--warehouse per-org` for now: the fleet warehouse does not commit to the lake yet"
-                    .into(),
-            );
         }
         let lake = self.lake.as_deref().and_then(|url| checked_lake(url, None, &mut problems));
         let sync = self.sync.parse(&mut problems);

@@ -123,11 +123,11 @@ pub async fn exec(args: &LoadArgs, global: &GlobalArgs) -> Result<u8, Error> {
     // organization's rows, so an `--out` that lacks the lake's runs or action journal must not
     // push over them.
     if let Some(lake) = &lake {
-        restore_from_lake(&out, lake).await?;
+        restore_from_lake(&out, lake, None).await?;
     }
     let mut loaded = load_blocking(config, run_id, Some(report)).await?;
     if let Some(lake) = &lake {
-        loaded.lake = Some(push_to_lake(&out, lake).await?);
+        loaded.lake = Some(push_to_lake(&out, lake, &crate::load::lake::committed_tables()).await?);
     }
     print_json(&loaded)?;
     Ok(exit::OK)

@@ -6,6 +6,11 @@
 //! whichever comes first; each organization's sync waits for its batch's commit. After a batch,
 //! the Parquet tree and the readers' snapshot are published if the last publish is at least
 //! `publish_every` old, and always when the run ends. One DuckDB start serves the whole run.
+//!
+//! With a lake, the organizations a batch loaded are then committed to it together: their rows
+//! of each table staged from the fleet warehouse and committed as one Delta commit per table
+//! (`organization IN (…)`), `runs` last, on the runtime while the writer goes on with the next
+//! batch. Each organization's sync resumes when its batch's lake commits have landed.
 
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -13,8 +18,11 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use tokio::sync::{oneshot, Semaphore};
 
+use std::collections::BTreeSet;
+
 use crate::extract::{ExtractConfig, ExtractReport, Snapshot};
 use crate::load::fleet::{BatchConfig, FleetWarehouse, Member};
+use crate::load::lake::LakeConfig;
 use crate::load::{LoadError, LoadReport};
 use crate::out::OutDir;
 use crate::sync::SharedWarehouse;
@@ -46,6 +54,8 @@ enum Request {
     Previous { org: String, own: OutDir, config: ExtractConfig, reply: Reply<(ExtractConfig, Option<Snapshot>)> },
     Load { member: Box<Member>, reply: Reply<LoadReport> },
     Actions { org: String, own: OutDir, reply: Reply<()> },
+    KnownRuns { org: String, own: OutDir, reply: Reply<BTreeSet<String>> },
+    Restored { org: String, own: OutDir, everything: bool, reply: Reply<()> },
 }
 
 /// The running writer.
@@ -62,20 +72,27 @@ impl Batcher {
     /// starts its thread.
     pub fn start(out: &OutDir, options: BatchOptions) -> Result<Batcher, Error> {
         let warehouse = FleetWarehouse::open(out, options.config.parquet_grace)?;
+        // The lake commits run on the caller's runtime (this is called from one of its
+        // blocking threads).
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| Error::Io {
+            context: "start the fleet warehouse's thread".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
         let landings = Arc::new(Semaphore::new(2 * options.size.max(1)));
         let (requests, inbox) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("fleet-warehouse".into())
-            .spawn(move || serve(warehouse, inbox, options))
+            .spawn(move || serve(warehouse, inbox, options, runtime))
             .map_err(|e| Error::Io { context: "start the fleet warehouse's thread".into(), source: e })?;
         Ok(Batcher { requests, thread, landings })
     }
 
     /// The handle an organization's sync loads through.
-    pub fn handle(&self, org: &str, own: &OutDir) -> OrgWarehouse {
+    pub fn handle(&self, org: &str, own: &OutDir, lake: Option<LakeConfig>) -> OrgWarehouse {
         OrgWarehouse {
             org: org.to_owned(),
             own: own.clone(),
+            lake,
             requests: self.requests.clone(),
             landings: self.landings.clone(),
         }
@@ -99,6 +116,8 @@ pub struct OrgWarehouse {
     org: String,
     /// The organization's own directory: its landing and its journal's warehouse.
     own: OutDir,
+    /// The lake its rows are committed to, with its batch's.
+    lake: Option<LakeConfig>,
     requests: mpsc::Sender<Request>,
     landings: Arc<Semaphore>,
 }
@@ -130,13 +149,21 @@ impl SharedWarehouse for OrgWarehouse {
             let extracted =
                 crate::sync::blocking("landing", move || crate::load::read_checked(&own, &run_id, Some(&checked)))
                     .await?;
-            let member = Member { org: self.org.clone(), extracted, report: Some(report) };
+            let member = Member { org: self.org.clone(), extracted, report: Some(report), lake: self.lake.clone() };
             self.ask(|reply| Request::Load { member: Box::new(member), reply }).await
         })
     }
 
     fn record_actions(&self) -> BoxFuture<'_, Result<(), Error>> {
         self.ask(|reply| Request::Actions { org: self.org.clone(), own: self.own.clone(), reply })
+    }
+
+    fn known_runs(&self) -> BoxFuture<'_, Result<BTreeSet<String>, Error>> {
+        self.ask(|reply| Request::KnownRuns { org: self.org.clone(), own: self.own.clone(), reply })
+    }
+
+    fn take_restored(&self, everything: bool) -> BoxFuture<'_, Result<(), Error>> {
+        self.ask(|reply| Request::Restored { org: self.org.clone(), own: self.own.clone(), everything, reply })
     }
 }
 
@@ -149,7 +176,12 @@ fn stopped() -> Error {
 }
 
 /// The writer's loop: answers preflights at once, gathers loads into batches, and publishes.
-fn serve(mut w: FleetWarehouse, inbox: mpsc::Receiver<Request>, options: BatchOptions) -> Result<(), LoadError> {
+fn serve(
+    mut w: FleetWarehouse,
+    inbox: mpsc::Receiver<Request>,
+    options: BatchOptions,
+    runtime: tokio::runtime::Handle,
+) -> Result<(), LoadError> {
     let mut batch: Vec<(Member, Reply<LoadReport>)> = vec![];
     let mut opened: Option<Instant> = None;
     let mut published = Instant::now();
@@ -170,6 +202,14 @@ fn serve(mut w: FleetWarehouse, inbox: mpsc::Receiver<Request>, options: BatchOp
                 let _ = reply.send(w.record_actions(&org, &own).map_err(Error::from));
                 false
             }
+            Ok(Request::KnownRuns { org, own, reply }) => {
+                let _ = reply.send(w.known_runs(&org, &own).map_err(Error::from));
+                false
+            }
+            Ok(Request::Restored { org, own, everything, reply }) => {
+                let _ = reply.send(w.take_restored(&org, &own, everything).map_err(Error::from));
+                false
+            }
             Ok(Request::Load { member, reply }) => {
                 opened.get_or_insert_with(Instant::now);
                 batch.push((*member, reply));
@@ -185,13 +225,23 @@ fn serve(mut w: FleetWarehouse, inbox: mpsc::Receiver<Request>, options: BatchOp
             opened = None;
             let started = Instant::now();
             let size = members.len();
+            let lake = members.iter().find_map(|m| m.lake.clone());
+            let mut loaded = vec![];
             for ((org, outcome), reply) in w.load(members, &options.config).into_iter().zip(replies) {
-                if let Err(e) = &outcome {
-                    tracing::warn!(organization = %org, error = %e, "the organization's load failed; the rest of its batch loads");
+                match outcome {
+                    Ok(report) if lake.is_some() => loaded.push((org, report, reply)),
+                    outcome => {
+                        if let Err(e) = &outcome {
+                            tracing::warn!(organization = %org, error = %e, "the organization's load failed; the rest of its batch loads");
+                        }
+                        let _ = reply.send(outcome.map_err(Error::from));
+                    }
                 }
-                let _ = reply.send(outcome.map_err(Error::from));
             }
             tracing::info!(organizations = size, ms = started.elapsed().as_millis() as u64, "batch loaded");
+            if let Some(lake) = lake.filter(|_| !loaded.is_empty()) {
+                commit_to_lake(&mut w, &runtime, lake, loaded);
+            }
         }
         if ended {
             return w.publish();
@@ -201,6 +251,70 @@ fn serve(mut w: FleetWarehouse, inbox: mpsc::Receiver<Request>, options: BatchOp
             published = Instant::now();
         }
     }
+}
+
+/// Stages the loaded members' rows and commits them to the lake on the runtime, one commit per
+/// table; each member's sync is answered when the commits are done. A failure is every
+/// member's: their rows are in the fleet warehouse, and the lake gets them with their next load.
+fn commit_to_lake(
+    w: &mut FleetWarehouse,
+    runtime: &tokio::runtime::Handle,
+    lake: LakeConfig,
+    mut loaded: Vec<(String, LoadReport, Reply<LoadReport>)>,
+) {
+    loaded.sort_by(|a, b| a.0.cmp(&b.0));
+    let orgs: Vec<String> = loaded.iter().map(|(org, ..)| org.clone()).collect();
+    let dir = w.lake_staging();
+    let staged =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.stage_lake(&orgs, &dir))).unwrap_or_else(|_| {
+            Err(LoadError::Lake("staging the batch for the lake panicked (a bug): see the log".into()))
+        });
+    let mut staged_rows = match staged {
+        Ok(rows) => rows,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            for (_, _, reply) in loaded {
+                let _ = reply.send(Err(not_in_lake(&lake.url, &e, orgs.len())));
+            }
+            return;
+        }
+    };
+    runtime.spawn(async move {
+        let started = Instant::now();
+        let tables = crate::load::lake::tables();
+        let committed = crate::load::lake::commit_organizations(&lake, &orgs, &dir, &tables).await;
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            tracing::warn!(path = %dir.display(), error = %e, "cannot remove a batch's staged lake files");
+        }
+        match &committed {
+            Ok(c) => tracing::info!(
+                organizations = orgs.len(),
+                ms = started.elapsed().as_millis() as u64,
+                conflicts_retried = c.conflicts_retried,
+                "batch committed to the lake"
+            ),
+            Err(e) => tracing::warn!(organizations = orgs.len(), error = %e, "the batch's lake commit failed"),
+        }
+        for (org, mut report, reply) in loaded {
+            let answer = match &committed {
+                Ok(c) => {
+                    let rows = staged_rows.remove(&org).unwrap_or_default();
+                    report.lake = Some(crate::load::lake::LakeReport { organization: org, rows, ..c.clone() });
+                    Ok(report)
+                }
+                Err(e) => Err(not_in_lake(&lake.url, e, orgs.len())),
+            };
+            let _ = reply.send(answer);
+        }
+    });
+}
+
+/// A member's error when its batch could not be committed to the lake.
+fn not_in_lake(url: &str, e: &LoadError, batch: usize) -> Error {
+    LoadError::Lake(format!(
+        "the organization is loaded into the fleet warehouse, but its batch of {batch} could not be committed to the lake `{url}`: {e}"
+    ))
+    .into()
 }
 
 /// A publish between batches: a failure is a warning (the next publish, at the latest the

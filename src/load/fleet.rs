@@ -151,6 +151,8 @@ pub struct Member {
     pub org: String,
     pub extracted: Extracted,
     pub report: Option<ExtractReport>,
+    /// The lake the organization's rows are committed to after its batch's load.
+    pub lake: Option<super::lake::LakeConfig>,
 }
 
 /// What every member of a fleet's batches is loaded with.
@@ -270,7 +272,7 @@ impl FleetWarehouse {
         let order: Vec<String> = members.iter().map(|m| m.org.clone()).collect();
         let mut outcomes: BTreeMap<String, Result<LoadReport, LoadError>> = BTreeMap::new();
         let mut ready = vec![];
-        for Member { org, extracted, report } in members {
+        for Member { org, extracted, report, .. } in members {
             let mut laps = Laps::start();
             let prepared = self.with_org(&org, |conn| prepare(conn, extracted, &config.cohort_edges, &mut laps));
             let staged = prepared.and_then(|mut p| {
@@ -416,9 +418,61 @@ impl FleetWarehouse {
         let copied = self.copy_from(org, own, &tables())?;
         if copied {
             self.loaded.insert(org.to_owned());
-            tracing::info!(organization = %org, from = %warehouse::writer_path(own).display(), "the organization's own warehouse was taken into the fleet warehouse");
+            // Its readers must move too: the snapshot they read stays as it was.
+            tracing::warn!(
+                organization = %org,
+                from = %warehouse::writer_path(own).display(),
+                "the organization's own warehouse was taken into the fleet warehouse; its own snapshot `{}` is no longer updated: read `{}` (with `query --org {org}`, or `CREATOR_ETL_ORG={org}` in the notebooks)",
+                warehouse::published_path(own).display(),
+                warehouse::published_path(&self.out).display()
+            );
         }
         Ok(copied)
+    }
+
+    /// The runs of organization `org` the fleet warehouse has loaded (after taking its own
+    /// warehouse in, [`FleetWarehouse::adopt`]): what a restore from the lake compares with.
+    pub fn known_runs(&mut self, org: &str, own: &OutDir) -> Result<BTreeSet<String>, LoadError> {
+        self.adopt(org, own)?;
+        let conn = self.conn()?;
+        let read = |e| LoadError::db("read `runs`", e);
+        let mut stmt = conn.prepare("SELECT run_id FROM runs WHERE organization = ?").map_err(read)?;
+        let runs = stmt
+            .query_map([org], |r| r.get::<_, String>(0))
+            .map_err(read)?
+            .collect::<Result<BTreeSet<_>, _>>()
+            .map_err(read)?;
+        Ok(runs)
+    }
+
+    /// Takes what a restore from the lake wrote into the organization's own warehouse: every
+    /// table (`everything`: the lake held runs the fleet warehouse did not know), or its
+    /// actions' results alone (the lake's journal was ahead).
+    pub fn take_restored(&mut self, org: &str, own: &OutDir, everything: bool) -> Result<(), LoadError> {
+        if !everything {
+            return self.record_actions(org, own);
+        }
+        if self.copy_from(org, own, &tables())? {
+            self.loaded.insert(org.to_owned());
+        }
+        Ok(())
+    }
+
+    /// Stages the rows of `orgs` of every lake table under `dir`, for one lake commit per
+    /// table ([`super::lake::commit_organizations`]).
+    pub fn stage_lake(
+        &mut self,
+        orgs: &[String],
+        dir: &Path,
+    ) -> Result<BTreeMap<String, BTreeMap<String, u64>>, LoadError> {
+        let conn = self.conn()?;
+        super::lake::stage_organizations(conn, orgs, dir)
+    }
+
+    /// A new directory name for a batch's staged lake files, cleaned up by the next open if a
+    /// crash leaves it.
+    pub fn lake_staging(&self) -> PathBuf {
+        self.out.root().join(".staging").join(format!("lake-{}", crate::out::new_run_id()))
     }
 
     /// Copies the organization's actions' results from its own warehouse (where its journal
@@ -636,7 +690,7 @@ mod tests {
     }
 
     fn member(org: &str, extracted: Extracted) -> Member {
-        Member { org: org.into(), extracted, report: None }
+        Member { org: org.into(), extracted, report: None, lake: None }
     }
 
     fn count(conn: &Connection, sql: &str) -> i64 {

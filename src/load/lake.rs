@@ -166,13 +166,13 @@ pub fn valid_org(org: &str) -> bool {
         && org.len() <= 63
 }
 
-/// Stages this organization's rows of every table as Parquet under `dir` (DuckDB, from the
+/// Stages this organization's rows of `tables` as Parquet under `dir` (DuckDB, from the
 /// writer's warehouse). The caller holds the `--out` lock.
-pub fn stage(out: &OutDir, org: &str, dir: &Path) -> Result<(), LoadError> {
+pub fn stage(out: &OutDir, org: &str, dir: &Path, tables: &[&str]) -> Result<(), LoadError> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
     let conn = warehouse::open_writer(out)?;
-    for table in committed_tables() {
+    for &table in tables {
         stage_table(&conn, org, table, dir)?;
     }
     Ok(())
@@ -187,6 +187,43 @@ pub fn stage_table(conn: &duckdb::Connection, org: &str, table: &str, dir: &Path
         "COPY (SELECT '{org}' AS organization, *{year} FROM {table}) TO '{file}' (FORMAT parquet);"
     ))
     .map_err(|e| LoadError::db(format!("stage `{table}` for the lake"), e))
+}
+
+/// Stages the rows of the organizations `orgs` of every table of a fleet warehouse (where every
+/// table has `organization`), each table as `dir/<table>.parquet`, for
+/// [`commit_organizations`]; returns the rows staged per organization and table. The action
+/// journal is not a fleet warehouse's: it stays in each organization's own state and is
+/// committed from there.
+pub fn stage_organizations(
+    conn: &duckdb::Connection,
+    orgs: &[String],
+    dir: &Path,
+) -> Result<BTreeMap<String, BTreeMap<String, u64>>, LoadError> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+    let list = warehouse::sql_list(orgs);
+    let mut rows: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for table in tables() {
+        let failed = |e| LoadError::db(format!("stage `{table}` for the lake"), e);
+        let year = if partition_columns(table).contains(&"year") { ", year(date) AS year" } else { "" };
+        let file = warehouse::sql_literal(&dir.join(format!("{table}.parquet")).display().to_string());
+        conn.execute_batch(&format!(
+            "COPY (SELECT *{year} FROM {table} WHERE organization IN ({list})) TO {file} (FORMAT parquet);"
+        ))
+        .map_err(failed)?;
+        for org in orgs {
+            rows.entry(org.clone()).or_default().insert(table.to_owned(), 0);
+        }
+        let mut stmt = conn
+            .prepare(&format!("SELECT organization, count(*) FROM read_parquet({file}) GROUP BY organization"))
+            .map_err(failed)?;
+        let counts = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))).map_err(failed)?;
+        for c in counts {
+            let (org, n) = c.map_err(failed)?;
+            rows.entry(org).or_default().insert(table.to_owned(), n as u64);
+        }
+    }
+    Ok(rows)
 }
 
 fn read_batches(path: &Path) -> Result<Vec<RecordBatch>, LoadError> {
@@ -256,12 +293,16 @@ fn merged_schema(table: &str, current: &StructType, staged: &StructType) -> Resu
     StructType::try_new(fields).map(Some).map_err(|e| LoadError::Lake(format!("merge the schema of `{table}`: {e}")))
 }
 
-/// The organization's files in a snapshot: what an overwrite of its rows removes.
-fn organization_files(state: &deltalake::table::state::DeltaTableState, org: &str) -> BTreeMap<String, Action> {
+/// The organizations' files in a snapshot: what an overwrite of their rows removes.
+fn organization_files(state: &deltalake::table::state::DeltaTableState, orgs: &[String]) -> BTreeMap<String, Action> {
     state
         .log_data()
         .iter()
-        .filter(|f| f.partition_values_map().get("organization").is_some_and(|v| v.as_deref() == Some(org)))
+        .filter(|f| {
+            f.partition_values_map()
+                .get("organization")
+                .is_some_and(|v| v.as_deref().is_some_and(|v| orgs.iter().any(|o| o == v)))
+        })
         .map(|f| (f.path().into_owned(), Action::Remove(f.remove_action(true))))
         .collect()
 }
@@ -280,10 +321,11 @@ async fn write_files(
     Ok(writer.flush().await?.into_iter().map(Action::Add).collect())
 }
 
-/// Replaces the organization's rows of one table: one Delta commit of the removal of its files
-/// and the addition of the new ones, retried on conflict.
+/// Replaces the rows of the organizations `orgs` (one, or a fleet's batch) of one table: one
+/// Delta commit of the removal of their files and the addition of the new ones, retried on
+/// conflict. `lake` gives the URL and the write policy; its `org` is not read.
 ///
-/// Every attempt reads the latest snapshot and removes exactly the organization's files in it,
+/// Every attempt reads the latest snapshot and removes exactly the organizations' files in it,
 /// and the commit refuses to land on any other version (delta-rs's own retry is off: it would
 /// rebase the commit without re-reading which files are the organization's). A commit that lost
 /// the race to another organization's (its files unchanged) is retried at once; one that lost to
@@ -291,6 +333,7 @@ async fn write_files(
 /// [`COMMIT_ATTEMPTS`].
 async fn commit_table(
     lake: &LakeConfig,
+    orgs: &[String],
     table: &str,
     batches: Vec<RecordBatch>,
     report: &mut LakeReport,
@@ -315,7 +358,10 @@ async fn commit_table(
     };
     let staged = StructType::try_from_arrow(normalize_for_delta(&batches[0].schema()).as_ref())
         .map_err(|e| failed(&e, String::new()))?;
-    let predicate = format!("organization = '{}'", lake.org);
+    let predicate = match orgs {
+        [org] => format!("organization = '{org}'"),
+        _ => format!("organization IN ({})", warehouse::sql_list(orgs)),
+    };
     let partition_by: Vec<String> = partition_columns(table).iter().map(|c| c.to_string()).collect();
     // The new data files, written once: a retried commit names the same files.
     let mut adds: Option<Vec<Action>> = None;
@@ -346,7 +392,7 @@ async fn commit_table(
                     "the lake's `{table}` is partitioned by {partitioned:?}, not by {partition_by:?} as creator-etl writes it; its organizations' rows cannot be replaced. Rewrite it partitioned by {partition_by:?}, or use a new lake"
                 ))));
             }
-            let removes = organization_files(state, &lake.org);
+            let removes = organization_files(state, orgs);
             // A commit reported as lost can have landed (on S3 a write retried after a 5xx that
             // stored it answers "already exists"): the snapshot then holds the new files.
             if let Some(written) = &adds {
@@ -357,8 +403,8 @@ async fn commit_table(
                         return Ok(Ok(t.version().unwrap_or_default()));
                     }
                     return Ok(Err(LoadError::Lake(format!(
-                        "the lake's `{table}` holds some of this load's files beside others of `{}`; nothing more is committed",
-                        lake.org
+                        "the lake's `{table}` holds some of this load's files beside others of {}; nothing more is committed",
+                        warehouse::sql_list(orgs)
                     ))));
                 }
             }
@@ -417,20 +463,29 @@ async fn commit_table(
     }
 }
 
-/// Commits this organization's rows of every staged table to the lake, `runs` last.
-pub async fn commit(lake: &LakeConfig, staged: &Path) -> Result<LakeReport, LoadError> {
-    commit_tables(lake, staged, &committed_tables()).await
-}
-
 /// Commits this organization's rows of the named staged tables, one commit each, in order.
 pub async fn commit_tables(lake: &LakeConfig, staged: &Path, tables: &[&str]) -> Result<LakeReport, LoadError> {
+    commit_organizations(lake, std::slice::from_ref(&lake.org), staged, tables).await
+}
+
+/// Commits the rows of the organizations `orgs` of the named staged tables (each table's file
+/// holds exactly their rows: [`stage_organizations`]), one commit per table, in order: a
+/// fleet's batch of organizations costs one commit per table, and no table ever holds part of
+/// the batch. `lake` gives the URL and the write policy; its `org` is not read. The report's
+/// `organization` lists them.
+pub async fn commit_organizations(
+    lake: &LakeConfig,
+    orgs: &[String],
+    staged: &Path,
+    tables: &[&str],
+) -> Result<LakeReport, LoadError> {
     // S3 URLs are handled by delta-rs's AWS integration (standard AWS configuration).
     deltalake::aws::register_handlers(None);
-    let mut report = LakeReport { url: lake.url.clone(), organization: lake.org.clone(), ..Default::default() };
+    let mut report = LakeReport { url: lake.url.clone(), organization: orgs.join(","), ..Default::default() };
     for &table in tables {
         let batches = read_batches(&staged.join(format!("{table}.parquet")))?;
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let version = commit_table(lake, table, batches, &mut report).await?;
+        let version = commit_table(lake, orgs, table, batches, &mut report).await?;
         report.rows.insert(table.to_owned(), rows);
         report.versions.insert(table.to_owned(), version);
         if table == "applications" {

@@ -57,6 +57,12 @@ pub trait SharedWarehouse: Send + Sync {
     fn load(&self, report: ExtractReport) -> BoxFuture<'_, Result<LoadReport, Error>>;
     /// Takes the actions' results of the organization's own warehouse (where its journal is).
     fn record_actions(&self) -> BoxFuture<'_, Result<(), Error>>;
+    /// The organization's runs that the shared warehouse has loaded: what a restore from the
+    /// lake compares with.
+    fn known_runs(&self) -> BoxFuture<'_, Result<std::collections::BTreeSet<String>, Error>>;
+    /// Takes what a restore from the lake wrote into the organization's own warehouse: every
+    /// table, or (`everything` false) its actions' results alone.
+    fn take_restored(&self, everything: bool) -> BoxFuture<'_, Result<(), Error>>;
 }
 
 /// How a sync shares the machine with other organizations' syncs.
@@ -97,12 +103,23 @@ pub async fn run(
     // An `--out` without the organization's state (a fresh volume, another shard, or one the
     // lake has moved past) first takes it from the lake: its journal decides what the actions
     // send, its `applications` and `runs` what the quick sync compares with.
-    let restored = match &load_config.lake {
-        Some(lake) => {
+    let restored = match (&load_config.lake, shared) {
+        (Some(lake), None) => {
             let _held = permit().await;
-            restore::restore_from_lake(&load_config.out, lake).await?
+            restore::restore_from_lake(&load_config.out, lake, None).await?
         }
-        None => None,
+        // A fleet warehouse holds the organization's data, its own state the journal: the
+        // restore compares the lake's runs with the fleet warehouse's, restores into its own
+        // warehouse as ever, and the fleet warehouse takes what was restored from there.
+        (Some(lake), Some(w)) => {
+            let known = w.known_runs().await?;
+            let restored = restore::restore_from_lake(&load_config.out, lake, Some(known)).await?;
+            if let Some(r) = &restored {
+                w.take_restored(!r.journal_only).await?;
+            }
+            restored
+        }
+        (None, _) => None,
     };
     // Before the extract spends any request: the warehouse must be writable (a reader holding
     // the writer's file is reported now, exit 5, not after an hour of requests), and an actions
@@ -183,10 +200,24 @@ pub async fn run(
         None => None,
     };
     // The lake gets the actions' results and outcomes too, and its `runs` row last: the sync is
-    // complete.
-    if let Some(lake) = &lake {
-        let _held = permit().await;
-        loaded.lake = Some(push_to_lake(&out, lake).await?);
+    // complete. In a fleet warehouse, the organization's batch committed its data and `runs` row
+    // with the load; what the actions added (the journal, in its own warehouse, and their
+    // results) follows.
+    match (&lake, shared) {
+        (Some(lake), None) => {
+            let _held = permit().await;
+            loaded.lake = Some(push_to_lake(&out, lake, &crate::load::lake::committed_tables()).await?);
+        }
+        (Some(lake), Some(_)) if actions.is_some() => {
+            let tables = [crate::load::lake::JOURNAL, "action_results"];
+            let pushed = push_to_lake(&out, lake, &tables).await?;
+            if let Some(report) = &mut loaded.lake {
+                report.versions.extend(pushed.versions);
+                report.rows.extend(pushed.rows);
+                report.conflicts_retried += pushed.conflicts_retried;
+            }
+        }
+        _ => {}
     }
     Ok(SyncReport { extract: extracted, load: loaded, actions, restored })
 }
@@ -216,16 +247,18 @@ pub(crate) async fn load_blocking(
     blocking("load", move || crate::load::run(&config, &run_id, report.as_ref())).await
 }
 
-/// Commits the organization's rows of every table to the lake ([`crate::load::lake`]): staged by
-/// DuckDB on a blocking thread, committed by delta-rs here.
+/// Commits the organization's rows of `tables` (of [`crate::load::lake::committed_tables`], in
+/// its order) from its warehouse in `out` to the lake ([`crate::load::lake`]): staged by DuckDB
+/// on a blocking thread, committed by delta-rs here.
 pub async fn push_to_lake(
     out: &crate::out::OutDir,
     lake: &crate::load::lake::LakeConfig,
+    tables: &[&'static str],
 ) -> Result<crate::load::lake::LakeReport, Error> {
     let staged = out.root().join(".lake-staging");
-    let (o, org, dir) = (out.clone(), lake.org.clone(), staged.clone());
-    blocking("lake staging", move || crate::load::lake::stage(&o, &org, &dir)).await?;
-    let report = crate::load::lake::commit(lake, &staged).await?;
+    let (o, org, dir, staged_tables) = (out.clone(), lake.org.clone(), staged.clone(), tables.to_vec());
+    blocking("lake staging", move || crate::load::lake::stage(&o, &org, &dir, &staged_tables)).await?;
+    let report = crate::load::lake::commit_tables(lake, &staged, tables).await?;
     let _ = std::fs::remove_dir_all(&staged);
     Ok(report)
 }

@@ -20,6 +20,9 @@ pub struct RestoreReport {
     pub rows: std::collections::BTreeMap<String, u64>,
     /// Why: the `--out` held no loaded run, or the lake holds runs it has not loaded.
     pub why: String,
+    /// Only the action journal and the actions' results were merged (the lake's `runs` held
+    /// nothing new); the data was left as it was.
+    pub journal_only: bool,
 }
 
 /// The run ids of `runs` and of `action_journal` in the writer's warehouse in `out` (blocking:
@@ -64,6 +67,8 @@ fn lake_run_ids(t: &crate::query::lake::TableFiles) -> Result<BTreeSet<String>, 
 
 /// Restores the organization's state from the lake into the writer's warehouse when `out`
 /// does not have it. `None` when there is nothing to restore. The caller holds the `--out` lock.
+/// `known_runs`, when given, are the organization's loaded runs (a fleet warehouse holds them,
+/// not `out`'s): they replace `out`'s `runs` in the comparison.
 ///
 /// Whether the data is restored is decided by `runs` alone: when `out` has loaded no run while
 /// the lake's `runs` has rows of the organization, or when the lake's `runs` lists a run that
@@ -81,6 +86,7 @@ fn lake_run_ids(t: &crate::query::lake::TableFiles) -> Result<BTreeSet<String>, 
 pub async fn restore_from_lake(
     out: &crate::out::OutDir,
     lake: &crate::load::lake::LakeConfig,
+    known_runs: Option<BTreeSet<String>>,
 ) -> Result<Option<RestoreReport>, Error> {
     use crate::load::lake::JOURNAL;
     use crate::query::lake::{resolve_tables, LakeSource};
@@ -89,6 +95,7 @@ pub async fn restore_from_lake(
     crate::load::lake::check_conditional_writes(lake).await?;
     let o = out.clone();
     let [local_runs, local_journal] = blocking("restore check", move || local_run_ids(&o)).await?;
+    let local_runs = known_runs.unwrap_or(local_runs);
     let cache = out.root().join(".lake-restore");
     let source =
         LakeSource { url: lake.url.clone(), org: Some(lake.org.clone()), cache: cache.clone(), at_versions: None };
@@ -164,6 +171,7 @@ pub async fn restore_from_lake(
         }
     );
     report.why = why;
+    report.journal_only = journal_only;
     Ok(Some(report))
 }
 
@@ -188,6 +196,7 @@ fn restore_tables(out: &crate::out::OutDir, tables: &[crate::query::lake::TableF
         versions: Default::default(),
         rows: Default::default(),
         why: String::new(),
+        journal_only: false,
     };
     let insert = |report: &mut RestoreReport| -> Result<(), LoadError> {
         for t in tables {

@@ -385,7 +385,7 @@ fn a_killed_or_interrupted_fleet_resumes_every_organization() {
     let o = fleet(dir.path(), &emu, &["run", "--config", file.to_str().unwrap()], &keys);
     assert_exit(&[], &o, 0);
     for (name, k) in [("x", 1), ("y", 2), ("z", 3)] {
-        assert_eq!(warehouse_ids(dir.path(), name), truth_ids(&emu, k));
+        assert_eq!(fleet_ids(dir.path(), name), truth_ids(&emu, k));
     }
 }
 
@@ -462,7 +462,7 @@ fn a_fleet_syncs_quickly_per_organization() {
     let dir = tempfile::tempdir().unwrap();
     let file = fleet_file(dir.path(), &["one", "two"], "");
     let keys = key_env(2);
-    let args = ["run", "--config", file.to_str().unwrap()];
+    let args = ["run", "--config", file.to_str().unwrap(), "--warehouse", "per-org"];
     let first = fleet(dir.path(), &emu, &args, &keys);
     assert_exit(&args, &first, 0);
     assert!(by_name(&report(&first)).values().all(|o| o["sync"] == "full"));
@@ -483,7 +483,7 @@ fn a_fleet_syncs_quickly_per_organization() {
     assert_eq!(status, "rejected");
     assert_eq!(warehouse_ids(dir.path(), "one"), truth_ids(&emu, 1));
 
-    let full = ["run", "--config", file.to_str().unwrap(), "--sync", "full"];
+    let full = ["run", "--config", file.to_str().unwrap(), "--warehouse", "per-org", "--sync", "full"];
     let third = fleet(dir.path(), &emu, &full, &keys);
     assert_exit(&full, &third, 0);
     assert!(by_name(&report(&third)).values().all(|o| o["sync"] == "full"));
@@ -499,7 +499,7 @@ fn a_fleet_completes_an_organization_without_content_statistics() {
     let dir = tempfile::tempdir().unwrap();
     let file = fleet_file(dir.path(), &["old", "new"], "");
     let keys = key_env(2);
-    let args = ["run", "--config", file.to_str().unwrap()];
+    let args = ["run", "--config", file.to_str().unwrap(), "--warehouse", "per-org"];
     let o = fleet(dir.path(), &emu, &args, &keys);
     assert_exit(&args, &o, 0);
     let orgs = by_name(&report(&o));
@@ -531,7 +531,7 @@ fn a_quick_sync_stopped_by_its_budget_resumes_on_the_same_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let file = fleet_file(dir.path(), &["one"], "");
     let keys = key_env(1);
-    let args = ["run", "--config", file.to_str().unwrap()];
+    let args = ["run", "--config", file.to_str().unwrap(), "--warehouse", "per-org"];
     assert_exit(&args, &fleet(dir.path(), &emu, &args, &keys), 0);
 
     let apps = emu.state.applications(numbered_org(1));
@@ -542,7 +542,7 @@ fn a_quick_sync_stopped_by_its_budget_resumes_on_the_same_snapshot() {
     }
     let lists = || emu.state.requests().iter().filter(|r| r.route == "GET /campaign_applications").count();
     let before = lists();
-    let budget = ["run", "--config", file.to_str().unwrap(), "--max-requests-per-org", "8"];
+    let budget = ["run", "--config", file.to_str().unwrap(), "--warehouse", "per-org", "--max-requests-per-org", "8"];
     let stopped = fleet(dir.path(), &emu, &budget, &keys);
     assert_exit(&budget, &stopped, 0);
     let org = &by_name(&report(&stopped))["one"];
@@ -734,7 +734,7 @@ sys.stdin.readline()
     let dir = tempfile::tempdir().unwrap();
     let file = fleet_file(dir.path(), &["held", "locked"], "");
     let keys = key_env(2);
-    let first = ["run", "--config", file.to_str().unwrap(), "--only", "held"];
+    let first = ["run", "--config", file.to_str().unwrap(), "--warehouse", "per-org", "--only", "held"];
     assert_exit(&first, &fleet(dir.path(), &emu, &first, &keys), 0);
     // A process holds `held`'s warehouse, with a secret on its command line; this test process
     // holds `locked`'s `--out`.
@@ -749,7 +749,15 @@ sys.stdin.readline()
     assert_eq!(lines.next().unwrap().unwrap(), "holding");
     let _held = creator_etl::out::OutDir::new(dir.path().join("out/orgs/locked")).lock("fleet run").unwrap();
     let lineage = dir.path().join("lineage.ndjson");
-    let args = ["run", "--config", file.to_str().unwrap(), "--openlineage-file", lineage.to_str().unwrap()];
+    let args = [
+        "run",
+        "--config",
+        file.to_str().unwrap(),
+        "--warehouse",
+        "per-org",
+        "--openlineage-file",
+        lineage.to_str().unwrap(),
+    ];
     let o = fleet(dir.path(), &emu, &args, &keys);
     let status = fleet(dir.path(), &emu, &["status", "--config", file.to_str().unwrap()], &[]);
     drop(holder.stdin.take());
@@ -1018,7 +1026,7 @@ fn a_fleet_warehouse_survives_a_kill_mid_batch_and_adopts_own_warehouses() {
     let file = fleet_file(dir.path(), &["x", "y", "z"], "");
     let keys = key_env(3);
     // x first syncs on its own warehouse.
-    let per_org = ["run", "--config", file.to_str().unwrap(), "--only", "x"];
+    let per_org = ["run", "--config", file.to_str().unwrap(), "--warehouse", "per-org", "--only", "x"];
     let o = fleet(dir.path(), &emu, &per_org, &keys);
     assert_exit(&per_org, &o, 0);
     let fleet_args = ["run", "--config", file.to_str().unwrap(), "--warehouse", "fleet", "--batch-size", "3"];
@@ -1084,4 +1092,170 @@ fn a_fleet_warehouse_survives_a_kill_mid_batch_and_adopts_own_warehouses() {
         .run();
     assert_exit(&fleet_args, &o, 1);
     assert_eq!(status(dir.path()), "accepted", "published by a run that loaded nothing");
+}
+
+/// Rows per organization of a lake table, through `query --lake` (the Delta log's current
+/// snapshot): `organization,n` lines.
+fn lake_counts(dir: &Path, lake: &str, table: &str) -> String {
+    let sql = dir.join(format!("lake_{table}.sql"));
+    std::fs::write(&sql, format!("SELECT organization, count(*) AS n FROM {table} GROUP BY 1 ORDER BY 1\n")).unwrap();
+    let scratch = dir.join("query-out");
+    let args = ["--out", scratch.to_str().unwrap(), "query", sql.to_str().unwrap(), "--lake", lake, "--format", "csv"];
+    let o = run_bin(dir, &args, &[]);
+    assert_exit(&args, &o, 0);
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The commits of a lake table's Delta log after its creation: each one's predicate, and the
+/// organizations of the files it adds.
+fn lake_commits(dir: &Path, table: &str) -> Vec<(String, BTreeSet<String>)> {
+    let log = dir.join("lake").join(table).join("_delta_log");
+    let mut commits: Vec<_> = std::fs::read_dir(&log)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    commits.sort();
+    commits
+        .iter()
+        .skip(1)
+        .map(|p| {
+            let actions: Vec<Value> =
+                std::fs::read_to_string(p).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+            let predicate = actions
+                .iter()
+                .find_map(|v| v["commitInfo"]["operationParameters"]["predicate"].as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let orgs = actions
+                .iter()
+                .filter_map(|v| v["add"]["partitionValues"]["organization"].as_str())
+                .map(str::to_owned)
+                .collect();
+            (predicate, orgs)
+        })
+        .collect()
+}
+
+/// `--warehouse fleet --lake`: a batch is committed to the lake with one commit per table that
+/// replaces exactly its organizations. A SIGKILL between two tables' commits leaves no table
+/// with part of the batch, and the next run converges. A fresh `--out` restores every
+/// organization from the lake into a new fleet warehouse, and its next run is quick.
+#[test]
+fn a_fleet_warehouse_commits_each_batch_to_the_lake_once_per_table() {
+    let emu = fleet_emulator(3, 60, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["x", "y", "z"], "");
+    let keys = key_env(3);
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let config = file.to_str().unwrap();
+    // One batch of all three: it closes at three organizations, long before its wait.
+    let args =
+        ["run", "--config", config, "--warehouse", "fleet", "--lake", &lake, "--batch-size", "3", "--batch-wait", "5m"];
+    let o = Bin::new(dir.path())
+        .emu(&emu)
+        .out(&dir.path().join("out"))
+        .args(["fleet"])
+        .args(args)
+        .envs(keys.iter().cloned())
+        .env("CREATOR_ETL_CRASH_AT", "lake-after-first-table")
+        .run();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("crash injected"), "{}", show(&args, &o));
+    let expected = |table: &str| {
+        let c = db(&dir.path().join("out"));
+        let mut st = c.prepare(&format!("SELECT organization, count(*) FROM {table} GROUP BY 1 ORDER BY 1")).unwrap();
+        let rows: Vec<(String, i64)> =
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect();
+        std::iter::once("organization,n".to_owned())
+            .chain(rows.iter().map(|(o, n)| format!("{o},{n}")))
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n"
+    };
+    // The kill came after `applications`' commit: it holds the whole batch; `runs`, committed
+    // last, holds none of it.
+    let batch: BTreeSet<String> = ["x", "y", "z"].map(String::from).into();
+    let predicate = "organization IN ('x', 'y', 'z')".to_owned();
+    assert_eq!(lake_commits(dir.path(), "applications"), [(predicate.clone(), batch.clone())]);
+    assert!(!dir.path().join("lake/runs").exists());
+
+    let args =
+        ["run", "--config", config, "--warehouse", "fleet", "--lake", &lake, "--batch-size", "3", "--batch-wait", "5m"];
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &o, 0);
+    let orgs = by_name(&report(&o));
+    for name in ["x", "y", "z"] {
+        assert_eq!(orgs[name]["outcome"], "completed", "{}", show(&args, &o));
+    }
+    // Converged: every lake table holds exactly what the fleet warehouse holds, per
+    // organization, and each batch was one commit per table naming its organizations.
+    for table in ["applications", "connected_accounts", "content_daily", "application_status_history", "runs"] {
+        assert_eq!(lake_counts(dir.path(), &lake, table), expected(table), "{table}");
+    }
+    let batch_commit = (predicate, batch);
+    assert_eq!(lake_commits(dir.path(), "applications"), [batch_commit.clone(), batch_commit.clone()]);
+    assert_eq!(lake_commits(dir.path(), "runs"), [batch_commit]);
+
+    // A fresh `--out`: every organization's state comes back from the lake, into a new fleet
+    // warehouse, and the run is quick on it.
+    std::fs::rename(dir.path().join("out"), dir.path().join("old-out")).unwrap();
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &o, 0);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("restored its warehouse"), "{}", show(&args, &o));
+    let orgs = by_name(&report(&o));
+    for (name, k) in [("x", 1), ("y", 2), ("z", 3)] {
+        assert_eq!(orgs[name]["sync"], "quick", "{}", orgs[name]);
+        assert_eq!(fleet_ids(dir.path(), name), truth_ids(&emu, k), "{name}");
+    }
+    let c = db(&dir.path().join("out"));
+    assert_eq!(count(&c, "SELECT count(*) FROM runs"), 9, "three runs of each organization, two restored");
+    drop(c);
+    for table in ["applications", "application_status_history", "runs"] {
+        assert_eq!(lake_counts(dir.path(), &lake, table), expected(table), "{table}");
+    }
+}
+
+/// `--warehouse fleet --lake` with corrections: the journal stays in the organization's own
+/// state and reaches the lake (intents before sending, results after), so a fresh `--out`
+/// restores it and sends nothing twice; the fleet warehouse holds the actions' results.
+#[test]
+fn a_fleet_warehouse_with_a_lake_sends_corrections_exactly_once_across_volumes() {
+    let emu = fleet_emulator(1, 50, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("main.csv"),
+        format!("{ACTIONS_HEADER}\nupdate_sale,yes,7001,,1111,,,,,,\nupdate_sale,yes,7002,,2222,,,,,,\n"),
+    )
+    .unwrap();
+    let file = dir.path().join("fleet.toml");
+    std::fs::write(
+        &file,
+        "[defaults]\nsince_days = 60\n\
+         [[organization]]\nname = \"main\"\nkey_env = \"KEY_MAIN\"\nactions = \"main.csv\"\n\
+         [[organization]]\nname = \"plain\"\nkey_env = \"KEY_1\"\n",
+    )
+    .unwrap();
+    let keys = vec![("KEY_MAIN".to_owned(), crate::util::FULL_KEY.to_owned()), ("KEY_1".to_owned(), org_key(1))];
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let args = ["run", "--config", file.to_str().unwrap(), "--warehouse", "fleet", "--lake", &lake];
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &o, 0);
+    let orgs = by_name(&report(&o));
+    assert_eq!(orgs["main"]["actions"], "completed", "{}", show(&args, &o));
+    let sent = emu.state.writes().len();
+    assert_eq!(sent, 2);
+    let applied = "SELECT count(*) FROM action_results WHERE organization = 'main' AND outcome = 'applied'";
+    assert_eq!(count(&db(&dir.path().join("out")), applied), 2);
+    assert_eq!(lake_counts(dir.path(), &lake, "action_results"), "organization,n\nmain,2\n");
+
+    // A fresh volume: the journal comes back from the lake; nothing is sent again.
+    std::fs::rename(dir.path().join("out"), dir.path().join("old-out")).unwrap();
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &o, 0);
+    let orgs = by_name(&report(&o));
+    assert_eq!(orgs["main"]["outcome"], "completed", "{}", show(&args, &o));
+    assert_eq!(emu.state.writes().len(), sent, "nothing sent twice\n{}", show(&args, &o));
+    assert_eq!(orgs["main"]["actions_rows"]["skipped_already_applied"], 2, "{}", orgs["main"]);
+    assert!(count(&db(&dir.path().join("out")), applied) >= 2);
+    assert_eq!(count(&db(&dir.path().join("out")), "SELECT count(DISTINCT organization) FROM runs"), 2);
 }

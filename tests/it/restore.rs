@@ -314,7 +314,7 @@ fn a_lake_written_at_an_older_schema_restores() {
     // Its tables as an older creator-etl committed them.
     let out = creator_etl::out::OutDir::new(&old);
     let staged = dir.path().join("staged");
-    stage(&out, "main", &staged).unwrap();
+    stage(&out, "main", &staged, &tables()).unwrap();
     let conn = creator_etl::load::warehouse::open_writer(&out).unwrap();
     let runs = staged.join("runs.parquet");
     conn.execute_batch(&format!(
