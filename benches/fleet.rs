@@ -7,7 +7,7 @@
 //! `cargo bench --profile dev --bench fleet -- [--orgs N] [--applications N] [--interval-ms MS]
 //! [--reps N] [--max-requests N] [--max-loads N] [--warehouse fleet|per-org] [--again] [--floor]`
 //!
-//! `--warehouse` is passed to `fleet run` (default `per-org`, the command's own default).
+//! `--warehouse` is passed to `fleet run` (default `fleet`, the command's own default).
 //!
 //! `--again` runs every repetition on the same `--out`, after a first full sync that is not
 //! counted: a scheduled fleet's steady state, quick syncs of unchanged organizations.
@@ -140,7 +140,7 @@ fn main() {
         .iter()
         .position(|a| a == "--warehouse")
         .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| "per-org".to_owned());
+        .unwrap_or_else(|| "fleet".to_owned());
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
