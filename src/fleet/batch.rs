@@ -192,9 +192,11 @@ fn serve(
         let timeout = batch_due.into_iter().chain(publish_due).min().unwrap_or(Duration::from_secs(3600));
         let ended = match inbox.recv_timeout(timeout) {
             Ok(Request::Previous { org, own, config, reply }) => {
+                let started = Instant::now();
                 let answer = w
                     .adopt(&org, &own)
                     .and_then(|_| w.with_org(&org, |conn| crate::sync::read_previous_from(conn, &config)));
+                tracing::debug!(organization = %org, us = started.elapsed().as_micros() as u64, "previous state read");
                 let _ = reply.send(answer.map_err(Error::from));
                 false
             }
@@ -244,7 +246,10 @@ fn serve(
             }
         }
         if ended {
-            return w.publish();
+            let started = Instant::now();
+            let published = w.publish();
+            tracing::debug!(ms = started.elapsed().as_millis() as u64, "last publish");
+            return published;
         }
         if w.unpublished() && published.elapsed() >= options.publish_every {
             publish(&mut w);

@@ -29,7 +29,7 @@ use std::time::Duration;
 use duckdb::Connection;
 
 use super::warehouse::{self, sql_list, sql_literal, TABLES};
-use super::{export_tables, prepare, record_run, stage, Laps, LoadError, LoadReport};
+use super::{export_tables, prepare, record_run, write_parquet, Laps, LoadError, LoadReport};
 use crate::extract::{ExtractReport, Extracted};
 use crate::out::OutDir;
 
@@ -168,6 +168,7 @@ pub struct BatchConfig {
 /// A member prepared and staged: what the batch's transaction writes.
 struct Ready {
     org: String,
+    frames: crate::transform::Frames,
     spec: crate::extract::RunSpec,
     quality: super::QualityReport,
     report: Option<ExtractReport>,
@@ -179,6 +180,9 @@ struct Ready {
 pub struct FleetWarehouse {
     out: OutDir,
     conn: Option<Connection>,
+    /// A second connection to the warehouse whose temporary views show one organization's rows
+    /// ([`FleetWarehouse::with_org`]); dropped whenever `conn` is.
+    reader: Option<Connection>,
     grace: Duration,
     /// Loads since the last publish (or an export a crash interrupted).
     unpublished: bool,
@@ -189,7 +193,14 @@ pub struct FleetWarehouse {
 impl FleetWarehouse {
     /// Opens (creating) the fleet warehouse under `out` and brings its schema up to date.
     pub fn open(out: &OutDir, grace: Duration) -> Result<Self, LoadError> {
-        let mut w = FleetWarehouse { out: out.clone(), conn: None, grace, unpublished: false, loaded: BTreeSet::new() };
+        let mut w = FleetWarehouse {
+            out: out.clone(),
+            conn: None,
+            reader: None,
+            grace,
+            unpublished: false,
+            loaded: BTreeSet::new(),
+        };
         super::clean_leftovers(out);
         // A publish killed after its export, or a snapshot missing or older than the writer's
         // file or its WAL: the readers are behind. (Read before DuckDB opens the file.)
@@ -232,35 +243,53 @@ impl FleetWarehouse {
         Ok(orgs)
     }
 
-    /// Runs `read` on organization `org`'s rows: every table is shadowed by a temporary view of
-    /// them, without `organization`, while it runs.
+    /// Closes the connections (the reader first): the next use reopens the file.
+    fn close(&mut self) -> Option<Connection> {
+        self.reader = None;
+        self.conn.take()
+    }
+
+    /// The reader connection, made on first use: every table is shadowed by a temporary view of
+    /// the rows of the organization named by the connection's variable `creator_etl_org`,
+    /// without `organization`. Temporary views and variables are the connection's own, so the
+    /// writer's connection never sees them.
+    fn reader(&mut self) -> Result<&Connection, LoadError> {
+        if self.reader.is_none() {
+            let failed = |e| LoadError::db("open the fleet warehouse's reader", e);
+            let conn = self.conn()?;
+            let db: String = conn.query_row("SELECT current_database()", [], |r| r.get(0)).map_err(failed)?;
+            let db = db.replace('"', "\"\"");
+            let reader = conn.try_clone().map_err(failed)?;
+            let mut views = String::new();
+            for t in tables() {
+                views.push_str(&format!(
+                    "CREATE TEMP VIEW {t} AS SELECT * EXCLUDE (organization) FROM \"{db}\".main.{t} \
+                     WHERE organization = getvariable('creator_etl_org');\n"
+                ));
+            }
+            reader.execute_batch(&views).map_err(failed)?;
+            self.reader = Some(reader);
+        }
+        Ok(self.reader.as_ref().expect("made above"))
+    }
+
+    /// Runs `read` on organization `org`'s rows, through the reader connection's views (the
+    /// one-organization readers read them unchanged). One statement per call: the views are
+    /// made once per connection.
     pub fn with_org<T>(
         &mut self,
         org: &str,
         read: impl FnOnce(&Connection) -> Result<T, LoadError>,
     ) -> Result<T, LoadError> {
-        let conn = self.conn()?;
-        let db: String = conn
-            .query_row("SELECT current_database()", [], |r| r.get(0))
-            .map_err(|e| LoadError::db("read the database's name", e))?;
-        let db = db.replace('"', "\"\"");
-        let mut views = String::new();
-        let mut drop = String::new();
-        for t in tables() {
-            let select = warehouse::organization_select(&format!("\"{db}\".main.{t}"), Some(org), &["organization"]);
-            views.push_str(&format!("CREATE OR REPLACE TEMP VIEW {t} AS {select};\n"));
-            drop.push_str(&format!("DROP VIEW IF EXISTS temp.main.{t};\n"));
-        }
-        let result = match conn.execute_batch(&views) {
-            Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(conn)))
+        let reader = self.reader()?;
+        let result = match reader.execute_batch(&format!("SET VARIABLE creator_etl_org = {};", sql_literal(org))) {
+            Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(reader)))
                 .unwrap_or_else(|panic| Err(panicked(&format!("read organization `{org}`'s rows"), panic))),
             Err(e) => Err(LoadError::db(format!("read organization `{org}`'s rows"), e)),
         };
-        // The views must not outlive the read: a connection that cannot drop them is closed
-        // (temporary views are the connection's own), and the next use reopens the file.
-        if let Err(e) = conn.execute_batch(&drop) {
-            tracing::warn!(error = %e, "cannot drop an organization's views; reopening the fleet warehouse");
-            self.conn = None;
+        // A read that failed may have left the reader in a failed transaction: it is made again.
+        if result.is_err() {
+            self.reader = None;
         }
         result
     }
@@ -275,16 +304,18 @@ impl FleetWarehouse {
         for Member { org, extracted, report, .. } in members {
             let mut laps = Laps::start();
             let prepared = self.with_org(&org, |conn| prepare(conn, extracted, &config.cohort_edges, &mut laps));
-            let staged = prepared.and_then(|mut p| {
+            let staged = prepared.and_then(|p| {
                 if config.strict && p.quality.fails_strict() {
                     return Err(LoadError::Strict(p.quality.findings.join("; ")));
                 }
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    stage(&mut p.frames, |table| staged_file(&staging, table, &org))
-                }))
-                .unwrap_or_else(|panic| Err(panicked("stage the organization's tables", panic)))?;
-                laps.lap("stage");
-                Ok(Ready { org: org.clone(), spec: p.spec, quality: p.quality, report, laps: laps.stages_ms })
+                Ok(Ready {
+                    org: org.clone(),
+                    frames: p.frames,
+                    spec: p.spec,
+                    quality: p.quality,
+                    report,
+                    laps: laps.stages_ms,
+                })
             });
             match staged {
                 Ok(r) => ready.push(r),
@@ -293,9 +324,17 @@ impl FleetWarehouse {
                 }
             }
         }
+        // Where a batch's time goes, summed over its members: the per-organization cost.
+        let mut stages: BTreeMap<&str, u64> = BTreeMap::new();
+        for (stage, ms) in ready.iter().flat_map(|r| &r.laps) {
+            *stages.entry(stage.as_str()).or_default() += ms;
+        }
+        let stages = format!("{stages:?}");
+        let started = std::time::Instant::now();
         for (org, outcome) in self.commit(ready, &staging) {
             outcomes.insert(org, outcome);
         }
+        tracing::debug!(members = order.len(), stages = %stages, commit_ms = started.elapsed().as_millis() as u64, "batch stages (ms, summed over members)");
         if let Err(e) = std::fs::remove_dir_all(&staging) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(path = %staging.display(), error = %e, "cannot remove a batch's staged files");
@@ -322,7 +361,7 @@ impl FleetWarehouse {
         if committed.is_err() {
             // A failed statement can leave the connection unusable (DuckDB invalidates a
             // database after some errors): the next attempt reopens the file.
-            self.conn = None;
+            self.close();
         }
         match committed {
             Ok(reports) => reports,
@@ -338,19 +377,22 @@ impl FleetWarehouse {
         let started = std::time::Instant::now();
         let published = warehouse::published_path(&self.out);
         let parquet_dir = self.out.root().join("parquet");
-        let conn = self.conn()?;
         let orgs: Vec<String> = ready.iter().map(|r| r.org.clone()).collect();
+        // A batch's attempt, or one member's after the batch failed: a directory of its own.
+        let dir = staging.join(if let [one] = ready { one.org.as_str() } else { "batch" });
+        let files = stage_batch(ready, &dir)?;
+        let stage_ms = started.elapsed().as_millis() as u64;
+        let conn = self.conn()?;
         let list = sql_list(&orgs);
         let mut sql = String::from("BEGIN TRANSACTION;\n");
         for (table, _) in TABLES {
             sql.push_str(&format!("DELETE FROM {table} WHERE organization IN ({list});\n"));
-            for org in &orgs {
-                let file = sql_literal(&staged_file(staging, table, org).display().to_string());
-                sql.push_str(&format!(
-                    "INSERT INTO {table} BY NAME SELECT {} AS organization, * FROM read_parquet({file}, hive_partitioning = false);\n",
-                    sql_literal(org)
-                ));
-            }
+            let files: Vec<String> =
+                files.get(table).into_iter().flatten().map(|f| sql_literal(&f.display().to_string())).collect();
+            sql.push_str(&format!(
+                "INSERT INTO {table} BY NAME SELECT * FROM read_parquet([{}], union_by_name = true, hive_partitioning = false);\n",
+                files.join(", ")
+            ));
         }
         if let Err(e) = conn.execute_batch(&sql) {
             let _ = conn.execute_batch("ROLLBACK");
@@ -389,7 +431,8 @@ impl FleetWarehouse {
                     tracing::warn!(organization = %org, finding = %f, "data quality");
                 }
                 let mut stages_ms = r.laps.clone();
-                stages_ms.insert("transaction".into(), transaction_ms);
+                stages_ms.insert("stage".into(), stage_ms);
+                stages_ms.insert("transaction".into(), transaction_ms - stage_ms);
                 stages_ms.insert("total".into(), stages_ms.values().sum());
                 let report = LoadReport {
                     run_id: r.spec.run_id.clone(),
@@ -546,17 +589,60 @@ impl FleetWarehouse {
         conn.execute("UPDATE runs SET parquet_exported = true WHERE NOT parquet_exported", [])
             .map_err(|e| LoadError::db("record the export", e))?;
         crate::out::crash_point("fleet-publish-before-snapshot");
-        let conn = self.conn.take().expect("opened above");
+        let conn = self.close().expect("opened above");
         warehouse::publish(conn, &out)?;
         self.unpublished = false;
         Ok(())
     }
 }
 
-/// Where a member's table is staged. The `organization` column is added when it is read back,
-/// never taken from the path.
-fn staged_file(staging: &Path, table: &str, org: &str) -> PathBuf {
-    staging.join(table).join(format!("{org}.parquet"))
+/// Stages the members' frames under `dir` for one `INSERT` per table: each table's frames, with
+/// an `organization` column, concatenated into `dir/<table>.parquet`, and a file of its own
+/// (`dir/<table>/<org>.parquet`) for a member whose frame does not have the first member's
+/// schema. Returns each table's files.
+fn stage_batch(ready: &[Ready], dir: &Path) -> Result<BTreeMap<&'static str, Vec<PathBuf>>, LoadError> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut files: BTreeMap<&'static str, Vec<PathBuf>> = BTreeMap::new();
+        let polars = |table: &'static str| {
+            move |e: polars::prelude::PolarsError| LoadError::Db {
+                context: format!("stage the batch's `{table}`"),
+                message: e.to_string(),
+            }
+        };
+        for (i, (table, _)) in TABLES.iter().enumerate() {
+            let mut batch: Option<polars::prelude::DataFrame> = None;
+            let mut own: Vec<(&str, polars::prelude::DataFrame)> = vec![];
+            for r in ready {
+                let (name, frame) = r.frames.tables()[i];
+                debug_assert_eq!(name, *table, "Frames::tables is in the order of TABLES");
+                let mut df = frame.clone();
+                let height = df.height();
+                df.with_column(polars::prelude::Column::new("organization".into(), vec![r.org.as_str(); height]))
+                    .map_err(polars(table))?;
+                match &mut batch {
+                    None => batch = Some(df),
+                    Some(b) => {
+                        if b.vstack_mut(&df).is_err() {
+                            own.push((r.org.as_str(), df));
+                        }
+                    }
+                }
+            }
+            let mut frames: Vec<(PathBuf, polars::prelude::DataFrame)> = vec![];
+            if let Some(mut b) = batch {
+                b.rechunk_mut();
+                frames.push((dir.join(format!("{table}.parquet")), b));
+            }
+            frames.extend(own.into_iter().map(|(org, df)| (dir.join(table).join(format!("{org}.parquet")), df)));
+            for (path, mut df) in frames {
+                write_parquet(&path, &mut df)?;
+                files.entry(table).or_default().push(path);
+            }
+        }
+        Ok(files)
+    }))
+    .unwrap_or_else(|panic| Err(panicked("stage the batch's tables", panic)))
 }
 
 /// A load step that panicked (a bug), as an error of that member or batch alone.

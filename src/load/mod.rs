@@ -197,16 +197,22 @@ fn check_quality(
 /// back at once).
 pub(crate) fn stage(frames: &mut transform::Frames, path: impl Fn(&str) -> PathBuf) -> Result<(), LoadError> {
     for (name, df) in frames.tables_mut() {
-        let path = path(name);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
-        }
-        let file = std::fs::File::create(&path).map_err(io_err("create", &path))?;
-        ParquetWriter::new(file)
-            .with_compression(ParquetCompression::Uncompressed)
-            .finish(df)
-            .map_err(|e| LoadError::Parquet { path: path.display().to_string(), message: e.to_string() })?;
+        write_parquet(&path(name), df)?;
     }
+    Ok(())
+}
+
+/// Writes a staged frame as an uncompressed Parquet file (read back at once), creating its
+/// directory.
+pub(crate) fn write_parquet(path: &Path, df: &mut polars::prelude::DataFrame) -> Result<(), LoadError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+    }
+    let file = std::fs::File::create(path).map_err(io_err("create", path))?;
+    ParquetWriter::new(file)
+        .with_compression(ParquetCompression::Uncompressed)
+        .finish(df)
+        .map_err(|e| LoadError::Parquet { path: path.display().to_string(), message: e.to_string() })?;
     Ok(())
 }
 

@@ -78,6 +78,18 @@ pub struct Frames {
 }
 
 impl Frames {
+    /// `(name, frame)` in load order, the order of `load::warehouse::TABLES`.
+    pub fn tables(&self) -> [(&'static str, &DataFrame); 6] {
+        [
+            ("applications", &self.applications),
+            ("connected_accounts", &self.connected_accounts),
+            ("content_daily", &self.content_daily),
+            ("wow_deltas", &self.wow_deltas),
+            ("weekly_totals", &self.weekly_totals),
+            ("post_count_cohorts", &self.post_count_cohorts),
+        ]
+    }
+
     /// `(name, frame)` in load order.
     pub fn tables_mut(&mut self) -> [(&'static str, &mut DataFrame); 6] {
         [
