@@ -193,9 +193,11 @@ fn serve(
         let ended = match inbox.recv_timeout(timeout) {
             Ok(Request::Previous { org, own, config, reply }) => {
                 let started = Instant::now();
-                let answer = w
-                    .adopt(&org, &own)
-                    .and_then(|_| w.with_org(&org, |conn| crate::sync::read_previous_from(conn, &config)));
+                let answer = w.adopt(&org, &own).and_then(|_| match w.has_loaded(&org) {
+                    true => w.with_org(&org, |conn| crate::sync::read_previous_from(conn, &config)),
+                    // Nothing loaded: no snapshot and no content cursor, as reading would find.
+                    false => Ok((ExtractConfig { content_cursor: None, ..config }, None)),
+                });
                 tracing::debug!(organization = %org, us = started.elapsed().as_micros() as u64, "previous state read");
                 let _ = reply.send(answer.map_err(Error::from));
                 false

@@ -29,7 +29,7 @@ use std::time::Duration;
 use duckdb::Connection;
 
 use super::warehouse::{self, sql_list, sql_literal, TABLES};
-use super::{export_tables, prepare, record_run, write_parquet, Laps, LoadError, LoadReport};
+use super::{export_tables, prepare, record_runs, write_parquet, Laps, LoadError, LoadReport, RunRow};
 use crate::extract::{ExtractReport, Extracted};
 use crate::out::OutDir;
 
@@ -398,19 +398,46 @@ impl FleetWarehouse {
             let _ = conn.execute_batch("ROLLBACK");
             return Err(LoadError::db("load the batch's tables", e));
         }
+        let inserted_ms = started.elapsed().as_millis() as u64;
         let result = (|| {
             let changes = warehouse::record_history_of(conn, &orgs)?;
+            let history_ms = started.elapsed().as_millis() as u64;
             let rows = row_counts_of(conn, &orgs)?;
+            tracing::debug!(
+                stage_ms,
+                inserted_ms,
+                history_ms,
+                counted_ms = started.elapsed().as_millis() as u64,
+                "batch transaction (ms since its start)"
+            );
             let mut reports = vec![];
             for r in ready {
                 let mut quality = r.quality.clone();
                 quality.set_status_changes(changes.get(&r.org).copied().unwrap_or(0));
                 let rows = rows.get(&r.org).cloned().unwrap_or_default();
-                record_run(conn, Some(&r.org), &r.spec, r.report.as_ref(), &rows, &quality, &r.laps)?;
                 reports.push((r.org.clone(), quality, rows));
             }
+            let runs: Vec<RunRow> = ready
+                .iter()
+                .zip(&reports)
+                .map(|(r, (_, quality, rows))| RunRow {
+                    org: Some(&r.org),
+                    spec: &r.spec,
+                    report: r.report.as_ref(),
+                    rows,
+                    quality,
+                    stages_ms: &r.laps,
+                })
+                .collect();
+            record_runs(conn, &runs)?;
             crate::out::crash_point("fleet-load-before-commit");
+            let recorded_ms = started.elapsed().as_millis() as u64;
             conn.execute_batch("COMMIT;").map_err(|e| LoadError::db("commit the batch", e))?;
+            tracing::debug!(
+                recorded_ms,
+                committed_ms = started.elapsed().as_millis() as u64,
+                "batch committed (ms since its start)"
+            );
             Ok(reports)
         })();
         let reports = match result {
@@ -471,6 +498,12 @@ impl FleetWarehouse {
             );
         }
         Ok(copied)
+    }
+
+    /// Whether organization `org` has a loaded run in the fleet warehouse (after
+    /// [`FleetWarehouse::adopt`]).
+    pub fn has_loaded(&self, org: &str) -> bool {
+        self.loaded.contains(org)
     }
 
     /// The runs of organization `org` the fleet warehouse has loaded (after taking its own

@@ -536,7 +536,15 @@ pub fn load_extracted(
             return Err(LoadError::Strict(quality.findings.join("; ")));
         }
         let rows = warehouse::row_counts(&conn)?;
-        record_run(&conn, None, &spec, extract_report, &rows, &quality, &laps.stages_ms)?;
+        let run = RunRow {
+            org: None,
+            spec: &spec,
+            report: extract_report,
+            rows: &rows,
+            quality: &quality,
+            stages_ms: &laps.stages_ms,
+        };
+        record_runs(&conn, &[run])?;
         crate::out::crash_point("load-before-commit");
         conn.execute_batch("COMMIT;").map_err(|e| LoadError::db("commit the load", e))?;
         Ok(rows)
@@ -571,73 +579,110 @@ pub fn load_extracted(
     })
 }
 
-/// Records the run in the `runs` ledger; in a fleet warehouse, as organization `org`'s.
-pub(crate) fn record_run(
-    conn: &duckdb::Connection,
-    org: Option<&str>,
-    spec: &crate::extract::RunSpec,
-    report: Option<&ExtractReport>,
-    rows: &BTreeMap<String, u64>,
-    quality: &QualityReport,
-    stages_ms: &BTreeMap<String, u64>,
-) -> Result<(), LoadError> {
-    // Loading the run the warehouse holds again rebuilds the same tables: its ledger row stays
-    // as the first load wrote it (when it finished, what it found, what it rests on). Loading
-    // an older run replaces its row, since the warehouse then holds that run's data.
-    let latest = match org {
-        None => warehouse::latest_run(conn)?,
-        Some(org) => conn
-            .query_row("SELECT run_id FROM runs WHERE organization = ? ORDER BY finished_at DESC LIMIT 1", [org], |r| {
-                r.get::<_, String>(0)
-            })
-            .optional()
-            .map_err(|e| LoadError::db("read `runs`", e))?,
+/// One run's row of the `runs` ledger, for [`record_runs`].
+pub(crate) struct RunRow<'a> {
+    /// The organization, in a fleet warehouse; `None` in one organization's.
+    pub org: Option<&'a str>,
+    pub spec: &'a crate::extract::RunSpec,
+    pub report: Option<&'a ExtractReport>,
+    pub rows: &'a BTreeMap<String, u64>,
+    pub quality: &'a QualityReport,
+    pub stages_ms: &'a BTreeMap<String, u64>,
+}
+
+/// Records runs in the `runs` ledger, with one statement (all of one warehouse kind: every row
+/// with an organization, or none): DuckDB inserts many rows at once for about the cost of one.
+///
+/// Loading the run the warehouse holds again rebuilds the same tables: its ledger row stays as
+/// the first load wrote it (when it finished, what it found, what it rests on). Loading an
+/// older run replaces its row, since the warehouse then holds that run's data.
+pub(crate) fn record_runs(conn: &duckdb::Connection, runs: &[RunRow]) -> Result<(), LoadError> {
+    let Some(first) = runs.first() else { return Ok(()) };
+    let keyed = first.org.is_some();
+    let read = |e| LoadError::db("read `runs`", e);
+    // The latest run of each organization (of the warehouse, in one organization's).
+    let latest: BTreeMap<String, String> = if keyed {
+        let orgs: Vec<String> = runs.iter().filter_map(|r| r.org.map(str::to_owned)).collect();
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT organization, arg_max(run_id, finished_at) FROM runs WHERE organization IN ({}) GROUP BY 1",
+                warehouse::sql_list(&orgs)
+            ))
+            .map_err(read)?;
+        let latest = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(read)?
+            .collect::<Result<_, _>>()
+            .map_err(read)?;
+        latest
+    } else {
+        warehouse::latest_run(conn)?.map(|run| (String::new(), run)).into_iter().collect()
     };
-    if latest.as_deref() == Some(spec.run_id.as_str()) {
+    let (org_column, org_param) = if keyed { ("organization, ", "?, ") } else { ("", "") };
+    let row = format!(
+        "({org_param}?, ?::TIMESTAMPTZ, now(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false, ?, ?, ?, ?, ?, \
+         CASE WHEN ? = 'full' THEN now() ELSE ?::TIMESTAMPTZ END, ?)"
+    );
+    let mut values: Vec<Box<dyn duckdb::ToSql>> = vec![];
+    let mut recorded = 0;
+    for run in runs {
+        let RunRow { org, spec, report, rows, quality, stages_ms } = *run;
+        if latest.get(org.unwrap_or_default()).map(String::as_str) == Some(spec.run_id.as_str()) {
+            continue;
+        }
+        let transform_ms = stages_ms.get("transform").copied().unwrap_or_default();
+        let load_ms: u64 = stages_ms.iter().filter(|(k, _)| *k != "transform").map(|(_, v)| v).sum();
+        let json = |v: serde_json::Value| v.to_string();
+        let requests = report.map(|r| &r.requests);
+        let warnings: Vec<String> = report
+            .map(|r| r.warnings.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .chain(quality.findings.clone())
+            .collect();
+        if let Some(org) = org {
+            values.push(Box::new(org.to_owned()));
+        }
+        recorded += 1;
+        values.extend::<[Box<dyn duckdb::ToSql>; 21]>([
+            Box::new(spec.run_id.clone()),
+            Box::new(report.map(|r| r.started_at.to_rfc3339())),
+            Box::new(report.map_or("loaded", |r| r.status.as_str()).to_owned()),
+            Box::new(report.and_then(|r| r.durations_ms.get("extract").copied()).map(|v| v as i64)),
+            Box::new(transform_ms as i64),
+            Box::new(load_ms as i64),
+            Box::new(requests.map(|m| m.requests_total as i64)),
+            Box::new(requests.map(|m| m.retries as i64)),
+            Box::new(requests.map(|m| m.rate_limited as i64)),
+            Box::new(requests.map(|m| m.pacing_wait_ms as i64)),
+            Box::new(json(serde_json::json!(rows))),
+            Box::new(json(serde_json::json!(warnings))),
+            Box::new(quality.status_changes as i64),
+            Box::new(report.map(|r| serde_json::to_string(r).unwrap_or_default())),
+            Box::new(warnings.len() as i64),
+            Box::new(spec.sync.as_str().to_owned()),
+            Box::new(warehouse::sync_scope(&spec.statuses, spec.campaign_id)),
+            Box::new(report.map(|r| r.sync.pages_verified as i64)),
+            Box::new(spec.sync.as_str().to_owned()),
+            Box::new(report.and_then(|r| r.sync.last_reconcile_at).map(|t| t.to_rfc3339())),
+            Box::new(report.map(|r| r.sync.counts_agree)),
+        ]);
+    }
+    if recorded == 0 {
         return Ok(());
     }
-    let (org_column, org_value) = match org {
-        Some(org) => ("organization, ", format!("{}, ", warehouse::sql_literal(org))),
-        None => ("", String::new()),
-    };
-    let transform_ms = stages_ms.get("transform").copied().unwrap_or_default();
-    let load_ms: u64 = stages_ms.iter().filter(|(k, _)| *k != "transform").map(|(_, v)| v).sum();
-    let json = |v: serde_json::Value| v.to_string();
-    let requests = report.map(|r| &r.requests);
-    let warnings: Vec<String> =
-        report.map(|r| r.warnings.clone()).unwrap_or_default().into_iter().chain(quality.findings.clone()).collect();
+    let params: Vec<&dyn duckdb::ToSql> = values.iter().map(|b| b.as_ref()).collect();
     conn.execute(
-        &format!("INSERT OR REPLACE INTO runs ({org_column}run_id, started_at, finished_at, status, extract_ms, transform_ms, load_ms, \
-         requests, retries, rate_limited, pacing_wait_ms, rows_json, warnings_json, status_changes, \
-         parquet_exported, report_json, warnings, sync_mode, sync_scope, pages_verified, last_reconcile_at, \
-         counts_agree) \
-         VALUES ({org_value}?, ?::TIMESTAMPTZ, now(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false, ?, ?, ?, ?, ?, \
-         CASE WHEN ? = 'full' THEN now() ELSE ?::TIMESTAMPTZ END, ?)"),
-        duckdb::params![
-            spec.run_id,
-            report.map(|r| r.started_at.to_rfc3339()),
-            report.map_or("loaded", |r| r.status.as_str()),
-            report.and_then(|r| r.durations_ms.get("extract").copied()).map(|v| v as i64),
-            transform_ms as i64,
-            load_ms as i64,
-            requests.map(|m| m.requests_total as i64),
-            requests.map(|m| m.retries as i64),
-            requests.map(|m| m.rate_limited as i64),
-            requests.map(|m| m.pacing_wait_ms as i64),
-            json(serde_json::json!(rows)),
-            json(serde_json::json!(warnings)),
-            quality.status_changes as i64,
-            report.map(|r| serde_json::to_string(r).unwrap_or_default()),
-            warnings.len() as i64,
-            spec.sync.as_str(),
-            warehouse::sync_scope(&spec.statuses, spec.campaign_id),
-            report.map(|r| r.sync.pages_verified as i64),
-            spec.sync.as_str(),
-            report.and_then(|r| r.sync.last_reconcile_at).map(|t| t.to_rfc3339()),
-            report.map(|r| r.sync.counts_agree),
-        ],
+        &format!(
+            "INSERT OR REPLACE INTO runs ({org_column}run_id, started_at, finished_at, status, extract_ms, transform_ms, load_ms, \
+             requests, retries, rate_limited, pacing_wait_ms, rows_json, warnings_json, status_changes, \
+             parquet_exported, report_json, warnings, sync_mode, sync_scope, pages_verified, last_reconcile_at, \
+             counts_agree) VALUES {}",
+            vec![row; recorded].join(", ")
+        ),
+        params.as_slice(),
     )
-    .map_err(|e| LoadError::db("record the run in `runs`", e))?;
+    .map_err(|e| LoadError::db("record the runs in `runs`", e))?;
     Ok(())
 }
 
