@@ -29,7 +29,7 @@ use std::time::Duration;
 use duckdb::Connection;
 
 use super::warehouse::{self, sql_list, sql_literal, TABLES};
-use super::{export_tables, prepare, record_runs, write_parquet, Laps, LoadError, LoadReport, RunRow};
+use super::{export_tables, prepare, record_runs, write_parquet, Export, Laps, LoadError, LoadReport, RunRow};
 use crate::extract::{ExtractReport, Extracted};
 use crate::out::OutDir;
 
@@ -186,6 +186,9 @@ pub struct FleetWarehouse {
     grace: Duration,
     /// Loads since the last publish (or an export a crash interrupted).
     unpublished: bool,
+    /// The organizations whose rows changed since the Parquet tree's last export: the next
+    /// export writes only theirs.
+    dirty: BTreeSet<String>,
     /// The organizations with a loaded run.
     loaded: BTreeSet<String>,
 }
@@ -199,6 +202,7 @@ impl FleetWarehouse {
             reader: None,
             grace,
             unpublished: false,
+            dirty: BTreeSet::new(),
             loaded: BTreeSet::new(),
         };
         super::clean_leftovers(out);
@@ -213,11 +217,16 @@ impl FleetWarehouse {
             (None, _) => false,
         };
         let conn = w.conn()?;
-        // A crash between a batch's commit and the publish left the readers behind too.
-        let unexported = conn
-            .query_row("SELECT count(*) > 0 FROM runs WHERE NOT parquet_exported", [], |r| r.get(0))
-            .map_err(|e| LoadError::db("read `runs`", e))?;
-        w.unpublished = unexported || behind;
+        // A crash between a batch's commit and the publish (or during an export) left the
+        // readers behind too: those organizations' runs are not marked exported.
+        let read = |e| LoadError::db("read `runs`", e);
+        let mut stmt =
+            conn.prepare("SELECT DISTINCT organization FROM runs WHERE NOT parquet_exported").map_err(read)?;
+        let unexported: BTreeSet<String> =
+            stmt.query_map([], |r| r.get(0)).map_err(read)?.collect::<Result<_, _>>().map_err(read)?;
+        drop(stmt);
+        w.unpublished = !unexported.is_empty() || behind;
+        w.dirty = unexported;
         w.loaded = w.organizations()?;
         Ok(w)
     }
@@ -448,6 +457,7 @@ impl FleetWarehouse {
             }
         };
         self.unpublished = true;
+        self.dirty.extend(orgs.iter().cloned());
         self.loaded.extend(orgs);
         let transaction_ms = started.elapsed().as_millis() as u64;
         Ok(reports
@@ -601,6 +611,7 @@ impl FleetWarehouse {
         detached.map_err(|e| LoadError::db("close the organization's own warehouse", e))?;
         if copied {
             self.unpublished = true;
+            self.dirty.insert(org.to_owned());
         }
         Ok(copied)
     }
@@ -617,10 +628,22 @@ impl FleetWarehouse {
             return Ok(());
         }
         let (out, grace) = (self.out.clone(), self.grace);
-        let conn = self.conn()?;
-        export_tables(conn, &out, &format!("fleet-{}", crate::out::new_run_id()), grace, true)?;
-        conn.execute("UPDATE runs SET parquet_exported = true WHERE NOT parquet_exported", [])
-            .map_err(|e| LoadError::db("record the export", e))?;
+        // Only the organizations whose rows changed are written; the others' files are linked
+        // from the current version. Nothing changed (a snapshot behind, alone): no export.
+        let dirty = std::mem::take(&mut self.dirty);
+        if !dirty.is_empty() {
+            let exported = self.conn().and_then(|conn| {
+                let label = format!("fleet-{}", crate::out::new_run_id());
+                export_tables(conn, &out, &label, grace, Export::Keyed(Some(&dirty)))?;
+                conn.execute("UPDATE runs SET parquet_exported = true WHERE NOT parquet_exported", [])
+                    .map_err(|e| LoadError::db("record the export", e))
+            });
+            if let Err(e) = exported {
+                self.dirty.extend(dirty);
+                return Err(e);
+            }
+        }
+        self.conn()?;
         crate::out::crash_point("fleet-publish-before-snapshot");
         let conn = self.close().expect("opened above");
         warehouse::publish(conn, &out)?;

@@ -226,22 +226,33 @@ pub fn export_parquet(
     run_id: &str,
     grace: std::time::Duration,
 ) -> Result<(), LoadError> {
-    export_tables(conn, out, run_id, grace, false)?;
+    export_tables(conn, out, run_id, grace, Export::Whole)?;
     conn.execute("UPDATE runs SET parquet_exported = true WHERE run_id = ?", [run_id])
         .map_err(|e| LoadError::db("record the export", e))?;
     Ok(())
 }
 
+/// What [`export_tables`] exports.
+pub(crate) enum Export<'a> {
+    /// One organization's warehouse: every table, whole.
+    Whole,
+    /// A fleet warehouse, partitioned by `organization` first: with `Some(orgs)`, only these
+    /// organizations' partitions are written, and every other organization's files of the
+    /// current version are hard-linked into the new one (their rows have not changed since it
+    /// was exported); with `None`, every organization is written.
+    Keyed(Option<&'a std::collections::BTreeSet<String>>),
+}
+
 /// [`export_parquet`]'s work: every table to a fresh version directory, switched into place.
-/// A fleet warehouse's tables (`keyed`) are partitioned by `organization` first. `label` names
-/// the version directories.
+/// `label` names the version directories.
 pub(crate) fn export_tables(
     conn: &duckdb::Connection,
     out: &OutDir,
     label: &str,
     grace: std::time::Duration,
-    keyed: bool,
+    export: Export,
 ) -> Result<(), LoadError> {
+    let keyed = matches!(export, Export::Keyed(_));
     let run_id = label;
     let root = out.root().join("parquet");
     std::fs::create_dir_all(&root).map_err(io_err("create", &root))?;
@@ -255,7 +266,20 @@ pub(crate) fn export_tables(
         }
         let year = if partition { ", year(date) AS year" } else { "" };
         let key = if keyed { "organization, " } else { "" };
-        let select = format!("SELECT *{year} FROM {table} ORDER BY {key}{}", warehouse::order_by(table));
+        // The current version, when only some organizations are written: the others' files
+        // are linked from it.
+        let link = root.join(table);
+        let current = match export {
+            Export::Keyed(Some(orgs)) => std::fs::read_link(&link).ok().map(|v| (root.join(v), orgs)),
+            _ => None,
+        };
+        let only = match &current {
+            Some((_, orgs)) => {
+                format!(" WHERE organization IN ({})", warehouse::sql_list(&orgs.iter().cloned().collect::<Vec<_>>()))
+            }
+            None => String::new(),
+        };
+        let select = format!("SELECT *{year} FROM {table}{only} ORDER BY {key}{}", warehouse::order_by(table));
         let options = match (keyed, partition) {
             (true, true) => "FORMAT parquet, COMPRESSION zstd, PARTITION_BY (organization, year)",
             (true, false) => "FORMAT parquet, COMPRESSION zstd, PARTITION_BY (organization)",
@@ -265,8 +289,11 @@ pub(crate) fn export_tables(
         let path = target.display().to_string().replace('\'', "''");
         conn.execute_batch(&format!("COPY ({select}) TO '{path}' ({options});"))
             .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))?;
+        if let Some((current, orgs)) = &current {
+            std::fs::create_dir_all(&version).map_err(io_err("create", &version))?;
+            link_unchanged(current, &version, orgs)?;
+        }
         // Switch the table's path to the new version: one rename of a symlink.
-        let link = root.join(table);
         let tmp_link = root.join(format!(".{table}.link-{run_id}"));
         let _ = std::fs::remove_file(&tmp_link);
         let rel = version.file_name().expect("version dir has a name");
@@ -284,6 +311,37 @@ pub(crate) fn export_tables(
         }
     }
     clean_versions(&root, grace);
+    Ok(())
+}
+
+/// Hard-links into `version` the partitions `organization=<name>/` of `current` whose
+/// organization is not in `written`, files and folders as they are.
+fn link_unchanged(
+    current: &Path,
+    version: &Path,
+    written: &std::collections::BTreeSet<String>,
+) -> Result<(), LoadError> {
+    fn link_tree(from: &Path, to: &Path) -> Result<(), LoadError> {
+        std::fs::create_dir_all(to).map_err(io_err("create", to))?;
+        for entry in std::fs::read_dir(from).map_err(io_err("read", from))? {
+            let entry = entry.map_err(io_err("read", from))?;
+            let (source, target) = (entry.path(), to.join(entry.file_name()));
+            if entry.file_type().map_err(io_err("read", &source))?.is_dir() {
+                link_tree(&source, &target)?;
+            } else {
+                std::fs::hard_link(&source, &target).map_err(io_err("link", &target))?;
+            }
+        }
+        Ok(())
+    }
+    for entry in std::fs::read_dir(current).map_err(io_err("read", current))? {
+        let entry = entry.map_err(io_err("read", current))?;
+        let name = entry.file_name();
+        let Some(org) = name.to_str().and_then(|n| n.strip_prefix("organization=")) else { continue };
+        if !written.contains(org) && entry.path().is_dir() {
+            link_tree(&entry.path(), &version.join(&name))?;
+        }
+    }
     Ok(())
 }
 
