@@ -3,7 +3,8 @@
 //! extracts have finished in batches.
 //!
 //! A batch closes when it has `size` organizations, or `wait` after its first one joined,
-//! whichever comes first; each organization's sync waits for its batch's commit. After a batch,
+//! whichever comes first, or at once when no other organization can still join it (every other
+//! organization's sync has loaded or ended); each organization's sync waits for its batch's commit. After a batch,
 //! the Parquet tree and the readers' snapshot are published if the last publish is at least
 //! `publish_every` old, and always when the run ends. One DuckDB start serves the whole run.
 //!
@@ -65,6 +66,8 @@ pub struct Batcher {
     /// Landings read into memory and not yet loaded: at most two batches' worth (one loading,
     /// one gathering), however many extracts finish at once.
     landings: Arc<Semaphore>,
+    /// The handles that may still send a load.
+    to_load: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Batcher {
@@ -79,12 +82,14 @@ impl Batcher {
             source: std::io::Error::other(e.to_string()),
         })?;
         let landings = Arc::new(Semaphore::new(2 * options.size.max(1)));
+        let to_load = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let waiting = to_load.clone();
         let (requests, inbox) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("fleet-warehouse".into())
-            .spawn(move || serve(warehouse, inbox, options, runtime))
+            .spawn(move || serve(warehouse, inbox, options, runtime, waiting))
             .map_err(|e| Error::Io { context: "start the fleet warehouse's thread".into(), source: e })?;
-        Ok(Batcher { requests, thread, landings })
+        Ok(Batcher { requests, thread, landings, to_load })
     }
 
     /// The handle an organization's sync loads through.
@@ -95,6 +100,7 @@ impl Batcher {
             lake,
             requests: self.requests.clone(),
             landings: self.landings.clone(),
+            to_load: LoadToCome::new(&self.to_load),
         }
     }
 
@@ -120,6 +126,35 @@ pub struct OrgWarehouse {
     lake: Option<LakeConfig>,
     requests: mpsc::Sender<Request>,
     landings: Arc<Semaphore>,
+    to_load: LoadToCome,
+}
+
+/// One organization's place in the count of loads still to come: counted from its handle's
+/// creation until its load is sent or its handle is dropped, so that the writer closes a batch at
+/// once when nothing else can join it.
+struct LoadToCome {
+    count: Arc<std::sync::atomic::AtomicUsize>,
+    counted: std::sync::atomic::AtomicBool,
+}
+
+impl LoadToCome {
+    fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        LoadToCome { count: count.clone(), counted: std::sync::atomic::AtomicBool::new(true) }
+    }
+
+    /// The load is sent (or will never be): no longer to come.
+    fn done(&self) {
+        if self.counted.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for LoadToCome {
+    fn drop(&mut self) {
+        self.done();
+    }
 }
 
 impl OrgWarehouse {
@@ -150,7 +185,11 @@ impl SharedWarehouse for OrgWarehouse {
                 crate::sync::blocking("landing", move || crate::load::read_checked(&own, &run_id, Some(&checked)))
                     .await?;
             let member = Member { org: self.org.clone(), extracted, report: Some(report), lake: self.lake.clone() };
-            self.ask(|reply| Request::Load { member: Box::new(member), reply }).await
+            // Counted out once the request is in the channel: a writer that sees no load to
+            // come finds every sent one there.
+            let answer = self.ask(|reply| Request::Load { member: Box::new(member), reply });
+            self.to_load.done();
+            answer.await
         })
     }
 
@@ -181,16 +220,22 @@ fn serve(
     inbox: mpsc::Receiver<Request>,
     options: BatchOptions,
     runtime: tokio::runtime::Handle,
+    to_load: Arc<std::sync::atomic::AtomicUsize>,
 ) -> Result<(), LoadError> {
     let mut batch: Vec<(Member, Reply<LoadReport>)> = vec![];
     let mut opened: Option<Instant> = None;
     let mut published = Instant::now();
     loop {
         // Wake for the open batch's deadline, and for the publish of loaded data when it is due.
-        let batch_due = opened.map(|t| options.wait.saturating_sub(t.elapsed()));
+        // No other organization can join the open batch: it closes once the channel is read.
+        let nothing_to_come = || to_load.load(std::sync::atomic::Ordering::SeqCst) == 0;
+        let batch_due =
+            opened.map(|t| if nothing_to_come() { Duration::ZERO } else { options.wait.saturating_sub(t.elapsed()) });
         let publish_due = w.unpublished().then(|| options.publish_every.saturating_sub(published.elapsed()));
         let timeout = batch_due.into_iter().chain(publish_due).min().unwrap_or(Duration::from_secs(3600));
-        let ended = match inbox.recv_timeout(timeout) {
+        let received = inbox.recv_timeout(timeout);
+        let timed_out = matches!(received, Err(mpsc::RecvTimeoutError::Timeout));
+        let ended = match received {
             Ok(Request::Previous { org, own, config, reply }) => {
                 let started = Instant::now();
                 let answer = w.adopt(&org, &own).and_then(|_| match w.has_loaded(&org) {
@@ -222,7 +267,7 @@ fn serve(
             Err(mpsc::RecvTimeoutError::Timeout) => false,
             Err(mpsc::RecvTimeoutError::Disconnected) => true,
         };
-        let due = opened.is_some_and(|t| t.elapsed() >= options.wait);
+        let due = opened.is_some_and(|t| t.elapsed() >= options.wait) || (nothing_to_come() && timed_out);
         if !batch.is_empty() && (ended || due || batch.len() >= options.size) {
             let (members, replies): (Vec<Member>, Vec<Reply<LoadReport>>) =
                 std::mem::take(&mut batch).into_iter().unzip();
