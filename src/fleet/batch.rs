@@ -73,7 +73,8 @@ pub struct Batcher {
 impl Batcher {
     /// Opens the fleet warehouse under `out` (the caller holds the fleet's `--out` lock) and
     /// starts its thread.
-    pub fn start(out: &OutDir, options: BatchOptions) -> Result<Batcher, Error> {
+    /// `names` are the fleet's organizations, in the order their syncs start.
+    pub fn start(out: &OutDir, options: BatchOptions, names: Vec<String>) -> Result<Batcher, Error> {
         let warehouse = FleetWarehouse::open(out, options.config.parquet_grace)?;
         // The lake commits run on the caller's runtime (this is called from one of its
         // blocking threads).
@@ -87,7 +88,7 @@ impl Batcher {
         let (requests, inbox) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("fleet-warehouse".into())
-            .spawn(move || serve(warehouse, inbox, options, runtime, waiting))
+            .spawn(move || serve(warehouse, inbox, options, runtime, waiting, names))
             .map_err(|e| Error::Io { context: "start the fleet warehouse's thread".into(), source: e })?;
         Ok(Batcher { requests, thread, landings, to_load })
     }
@@ -221,10 +222,14 @@ fn serve(
     options: BatchOptions,
     runtime: tokio::runtime::Handle,
     to_load: Arc<std::sync::atomic::AtomicUsize>,
+    names: Vec<String>,
 ) -> Result<(), LoadError> {
     let mut batch: Vec<(Member, Reply<LoadReport>)> = vec![];
     let mut opened: Option<Instant> = None;
     let mut published = Instant::now();
+    // The organizations whose previous state has not been asked yet, in the fleet's order:
+    // their syncs start together, so a read gathers the next ones' rows with its own.
+    let mut to_ask: std::collections::VecDeque<String> = names.into();
     loop {
         // Wake for the open batch's deadline, and for the publish of loaded data when it is due.
         // No other organization can join the open batch: it closes once the channel is read.
@@ -235,6 +240,16 @@ fn serve(
         let timeout = batch_due.into_iter().chain(publish_due).min().unwrap_or(Duration::from_secs(3600));
         let received = inbox.recv_timeout(timeout);
         let timed_out = matches!(received, Err(mpsc::RecvTimeoutError::Timeout));
+        if let Ok(Request::Previous { org, .. }) = &received {
+            to_ask.retain(|n| n != org);
+            if w.has_loaded(org) && !w.gathered(org) {
+                let next = to_ask.iter().filter(|n| w.has_loaded(n)).take(options.size.max(1) - 1).cloned();
+                let asked: Vec<String> = std::iter::once(org.clone()).chain(next).collect();
+                if let Err(e) = w.gather(&asked) {
+                    tracing::warn!(error = %e, "cannot read the organizations' previous states together; reading them one by one");
+                }
+            }
+        }
         let ended = match received {
             Ok(Request::Previous { org, own, config, reply }) => {
                 let started = Instant::now();

@@ -68,7 +68,9 @@ pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: CancellationToken) 
             let out = OutDir::new(&options.out);
             let lock = out.lock("fleet run")?;
             let batches = batches.clone();
-            let batcher = crate::sync::blocking("fleet warehouse", move || Batcher::start(&out, batches)).await?;
+            let names = jobs.iter().map(|j| j.name.clone()).collect();
+            let batcher =
+                crate::sync::blocking("fleet warehouse", move || Batcher::start(&out, batches, names)).await?;
             Some((lock, batcher))
         }
         None => None,

@@ -34,7 +34,10 @@ use crate::extract::{ExtractReport, Extracted};
 use crate::out::OutDir;
 
 /// The schema version of a fleet warehouse this version writes.
-pub const FLEET_SCHEMA_VERSION: i32 = 1;
+/// Version 2: the data tables and the status history declare no primary key (their keys are
+/// checked per batch instead, [`check_keys`]): DuckDB maintained the key's index at every
+/// batch's commit, which took 10 times the batch's own writes once the tables were large.
+pub const FLEET_SCHEMA_VERSION: i32 = 2;
 
 /// Why one organization's command refuses a fleet warehouse.
 pub const NOT_ONE_ORGANIZATION: &str = "this is a fleet's warehouse (every table keyed by `organization`), written by \
@@ -101,6 +104,49 @@ fn keyed(ddl: &str) -> String {
     format!("organization VARCHAR NOT NULL, {}", ddl.replace("PRIMARY KEY (", "PRIMARY KEY (organization, "))
 }
 
+/// A data table of a fleet warehouse (one of [`TABLES`], or the status history): [`keyed`]'s
+/// columns, without the primary key constraint, and the key's columns.
+fn unconstrained(keyed: &str) -> (&str, &str) {
+    match keyed.rsplit_once(", PRIMARY KEY (") {
+        Some((columns, key)) => (columns, key.trim_end_matches(')')),
+        None => (keyed, ""),
+    }
+}
+
+/// The tables whose keys are checked per batch instead of declared, with their DDL (as
+/// [`keyed`] gives it) and key.
+fn unconstrained_tables() -> Vec<(&'static str, String, String)> {
+    TABLES
+        .iter()
+        .map(|(name, ddl)| (*name, keyed(ddl)))
+        .chain(std::iter::once((OWN_TABLES[0].0, OWN_TABLES[0].1.to_owned())))
+        .map(|(name, ddl)| {
+            let (columns, key) = unconstrained(&ddl);
+            (name, columns.to_owned(), key.to_owned())
+        })
+        .collect()
+}
+
+/// Checks that the rows of `source` (one table's rows of a batch) have no duplicate key;
+/// `table` is the table they are for.
+fn check_keys(conn: &Connection, table: &str, source: &str) -> Result<(), LoadError> {
+    let Some((_, _, key)) = unconstrained_tables().into_iter().find(|(name, ..)| *name == table) else {
+        return Ok(());
+    };
+    let duplicates: i64 = conn
+        .query_row(&format!("SELECT count(*) - count(DISTINCT ({key})) FROM {source}"), [], |r| r.get(0))
+        .map_err(|e| LoadError::db(format!("check the keys of `{table}`"), e))?;
+    if duplicates != 0 {
+        return Err(LoadError::Db {
+            context: format!("load the batch's `{table}`"),
+            message: format!(
+                "{duplicates} rows repeat a key ({key}) of another (a bug): nothing of the batch is loaded"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Whether the warehouse `conn` is a fleet's.
 pub fn is_fleet(conn: &Connection) -> Result<bool, LoadError> {
     warehouse::has_table(conn, MARKER)
@@ -126,15 +172,23 @@ pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
     if current > FLEET_SCHEMA_VERSION {
         return Err(LoadError::NewerSchema { found: current, supported: FLEET_SCHEMA_VERSION });
     }
-    if current < 1 {
+    if current < FLEET_SCHEMA_VERSION {
         let mut batch = String::from("BEGIN TRANSACTION;\n");
-        for (name, ddl) in TABLES {
-            batch.push_str(&format!("CREATE TABLE IF NOT EXISTS {name} ({});\n", keyed(ddl)));
+        // A version-1 warehouse's data tables are rebuilt without their key constraint.
+        for (name, columns, _) in unconstrained_tables() {
+            if current == 1 {
+                batch.push_str(&format!(
+                    "CREATE TABLE {name}__v2 ({columns});\nINSERT INTO {name}__v2 BY NAME SELECT * FROM {name};\n\
+                     DROP TABLE {name};\nALTER TABLE {name}__v2 RENAME TO {name};\n"
+                ));
+            } else {
+                batch.push_str(&format!("CREATE TABLE IF NOT EXISTS {name} ({columns});\n"));
+            }
         }
-        for (name, ddl) in OWN_TABLES {
+        for (name, ddl) in &OWN_TABLES[1..] {
             batch.push_str(&format!("CREATE TABLE IF NOT EXISTS {name} ({ddl});\n"));
         }
-        batch.push_str(&format!("INSERT INTO {MARKER} VALUES (1, now());\nCOMMIT;"));
+        batch.push_str(&format!("INSERT INTO {MARKER} VALUES ({FLEET_SCHEMA_VERSION}, now());\nCOMMIT;"));
         if let Err(e) = conn.execute_batch(&batch) {
             let _ = conn.execute_batch("ROLLBACK");
             return Err(LoadError::db("create the fleet warehouse's tables", e));
@@ -183,6 +237,9 @@ pub struct FleetWarehouse {
     /// A second connection to the warehouse whose temporary views show one organization's rows
     /// ([`FleetWarehouse::with_org`]); dropped whenever `conn` is.
     reader: Option<Connection>,
+    /// The organizations whose rows the reader's group tables hold ([`FleetWarehouse::gather`]);
+    /// emptied by every write.
+    group: BTreeSet<String>,
     grace: Duration,
     /// Loads since the last publish (or an export a crash interrupted).
     unpublished: bool,
@@ -200,6 +257,7 @@ impl FleetWarehouse {
             out: out.clone(),
             conn: None,
             reader: None,
+            group: BTreeSet::new(),
             grace,
             unpublished: false,
             dirty: BTreeSet::new(),
@@ -234,7 +292,14 @@ impl FleetWarehouse {
     /// The open connection, reopened after a publish closed it.
     fn conn(&mut self) -> Result<&Connection, LoadError> {
         if self.conn.is_none() {
-            self.conn = Some(warehouse::open_writer_with(&self.out, migrate)?);
+            let conn = warehouse::open_writer_with(&self.out, migrate)?;
+            // A batch's changes reach the file at the next publish's checkpoint, not at each
+            // commit: DuckDB's automatic checkpoint (after 16 MB of log) rewrote the tables'
+            // changed row groups every batch or two, about a second each at 1,000 organizations.
+            // The log is synced at every commit as before.
+            conn.execute_batch("SET checkpoint_threshold = '4GB';")
+                .map_err(|e| LoadError::db("configure the fleet warehouse", e))?;
+            self.conn = Some(conn);
         }
         Ok(self.conn.as_ref().expect("opened above"))
     }
@@ -255,6 +320,7 @@ impl FleetWarehouse {
     /// Closes the connections (the reader first): the next use reopens the file.
     fn close(&mut self) -> Option<Connection> {
         self.reader = None;
+        self.group.clear();
         self.conn.take()
     }
 
@@ -272,24 +338,63 @@ impl FleetWarehouse {
             let mut views = String::new();
             for t in tables() {
                 views.push_str(&format!(
-                    "CREATE TEMP VIEW {t} AS SELECT * EXCLUDE (organization) FROM \"{db}\".main.{t} \
+                    "CREATE TEMP TABLE group_{t} AS SELECT * FROM \"{db}\".main.{t} LIMIT 0;\n\
+                     CREATE TEMP VIEW {t} AS SELECT * EXCLUDE (organization) FROM temp.main.group_{t} \
                      WHERE organization = getvariable('creator_etl_org');\n"
                 ));
             }
             reader.execute_batch(&views).map_err(failed)?;
             self.reader = Some(reader);
+            self.group.clear();
         }
         Ok(self.reader.as_ref().expect("made above"))
     }
 
+    /// Copies the rows of the organizations `orgs` of every table into the reader's group
+    /// tables, with one scan of each table: the reads of each of them then scan their group's
+    /// rows, not the fleet's. Every write empties the group, so a group never holds rows older
+    /// than the warehouse's.
+    pub fn gather(&mut self, orgs: &[String]) -> Result<(), LoadError> {
+        let conn = self.conn()?;
+        let db: String = conn
+            .query_row("SELECT current_database()", [], |r| r.get(0))
+            .map_err(|e| LoadError::db("read the database's name", e))?;
+        let db = db.replace('"', "\"\"");
+        let list = sql_list(orgs);
+        let mut sql = String::new();
+        for t in tables() {
+            sql.push_str(&format!(
+                "DELETE FROM temp.main.group_{t};\n\
+                 INSERT INTO temp.main.group_{t} SELECT * FROM \"{db}\".main.{t} WHERE organization IN ({list});\n"
+            ));
+        }
+        self.group.clear();
+        let gathered = self.reader()?.execute_batch(&sql);
+        if let Err(e) = gathered {
+            self.reader = None;
+            return Err(LoadError::db("read the organizations' rows", e));
+        }
+        self.group.extend(orgs.iter().cloned());
+        Ok(())
+    }
+
+    /// Whether organization `org`'s rows are in the reader's group.
+    pub fn gathered(&self, org: &str) -> bool {
+        self.group.contains(org)
+    }
+
     /// Runs `read` on organization `org`'s rows, through the reader connection's views (the
-    /// one-organization readers read them unchanged). One statement per call: the views are
-    /// made once per connection.
+    /// one-organization readers read them unchanged): of its group's tables, gathered now if
+    /// it is not in the current group. One statement per call: the views are made once per
+    /// connection.
     pub fn with_org<T>(
         &mut self,
         org: &str,
         read: impl FnOnce(&Connection) -> Result<T, LoadError>,
     ) -> Result<T, LoadError> {
+        if !self.group.contains(org) {
+            self.gather(&[org.to_owned()])?;
+        }
         let reader = self.reader()?;
         let result = match reader.execute_batch(&format!("SET VARIABLE creator_etl_org = {};", sql_literal(org))) {
             Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(reader)))
@@ -299,6 +404,7 @@ impl FleetWarehouse {
         // A read that failed may have left the reader in a failed transaction: it is made again.
         if result.is_err() {
             self.reader = None;
+            self.group.clear();
         }
         result
     }
@@ -310,6 +416,11 @@ impl FleetWarehouse {
         let order: Vec<String> = members.iter().map(|m| m.org.clone()).collect();
         let mut outcomes: BTreeMap<String, Result<LoadReport, LoadError>> = BTreeMap::new();
         let mut ready = vec![];
+        // Every member's previous rows in one scan per table (a member that cannot be gathered
+        // with the others is read alone, and fails alone).
+        if let Err(e) = self.gather(&order) {
+            tracing::warn!(error = %e, "cannot read the batch's previous rows together; reading them one by one");
+        }
         for Member { org, extracted, report, .. } in members {
             let mut laps = Laps::start();
             let prepared = self.with_org(&org, |conn| prepare(conn, extracted, &config.cohort_edges, &mut laps));
@@ -365,6 +476,7 @@ impl FleetWarehouse {
         if ready.is_empty() {
             return vec![];
         }
+        self.group.clear();
         let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.commit_all(&ready, staging)))
             .unwrap_or_else(|panic| Err(panicked("load the batch", panic)));
         if committed.is_err() {
@@ -393,6 +505,13 @@ impl FleetWarehouse {
         let stage_ms = started.elapsed().as_millis() as u64;
         let conn = self.conn()?;
         let list = sql_list(&orgs);
+        for (table, _) in TABLES {
+            let files: Vec<String> =
+                files.get(table).into_iter().flatten().map(|f| sql_literal(&f.display().to_string())).collect();
+            let source =
+                format!("read_parquet([{}], union_by_name = true, hive_partitioning = false)", files.join(", "));
+            check_keys(conn, table, &source)?;
+        }
         let mut sql = String::from("BEGIN TRANSACTION;\n");
         for (table, _) in TABLES {
             sql.push_str(&format!("DELETE FROM {table} WHERE organization IN ({list});\n"));
@@ -410,6 +529,8 @@ impl FleetWarehouse {
         let inserted_ms = started.elapsed().as_millis() as u64;
         let result = (|| {
             let changes = warehouse::record_history_of(conn, &orgs)?;
+            let history = format!("(SELECT * FROM application_status_history WHERE organization IN ({list}))");
+            check_keys(conn, "application_status_history", &history)?;
             let history_ms = started.elapsed().as_millis() as u64;
             let rows = row_counts_of(conn, &orgs)?;
             tracing::debug!(
@@ -573,6 +694,7 @@ impl FleetWarehouse {
     fn copy_from(&mut self, org: &str, own: &OutDir, copied: &[&str]) -> Result<bool, LoadError> {
         let path = sql_literal(&warehouse::writer_path(own).display().to_string());
         let org_literal = sql_literal(org);
+        self.group.clear();
         let conn = self.conn()?;
         conn.execute_batch(&format!("ATTACH {path} AS own_warehouse (READ_ONLY);"))
             .map_err(|e| LoadError::db(format!("open organization `{org}`'s own warehouse"), e))?;
@@ -882,6 +1004,41 @@ mod tests {
             keyed("metric VARCHAR NOT NULL, date DATE NOT NULL, PRIMARY KEY (metric, date)"),
             "organization VARCHAR NOT NULL, metric VARCHAR NOT NULL, date DATE NOT NULL, PRIMARY KEY (organization, metric, date)"
         );
+    }
+
+    /// A version-1 fleet warehouse (keys declared) is rebuilt without the data tables' key
+    /// constraints, its rows kept; a batch whose rows repeat a key is refused by the check that
+    /// replaces them.
+    #[test]
+    fn version_1_is_migrated_and_keys_are_checked_per_batch() {
+        let conn = Connection::open_in_memory().unwrap();
+        let mut v1 = format!("CREATE TABLE {MARKER} (version INTEGER NOT NULL, applied_at TIMESTAMPTZ NOT NULL);\n");
+        for (name, ddl) in TABLES {
+            v1.push_str(&format!("CREATE TABLE {name} ({});\n", keyed(ddl)));
+        }
+        for (name, ddl) in OWN_TABLES {
+            v1.push_str(&format!("CREATE TABLE {name} ({ddl});\n"));
+        }
+        v1.push_str(&format!(
+            "INSERT INTO {MARKER} VALUES (1, now());\n\
+             INSERT INTO application_status_history VALUES ('a', 1, 'pending', now(), NULL);"
+        ));
+        conn.execute_batch(&v1).unwrap();
+        assert_eq!(migrate(&conn).unwrap(), 2);
+        let kept: i64 = conn.query_row("SELECT count(*) FROM application_status_history", [], |r| r.get(0)).unwrap();
+        assert_eq!(kept, 1);
+        let version: i32 = conn.query_row(&format!("SELECT max(version) FROM {MARKER}"), [], |r| r.get(0)).unwrap();
+        assert_eq!(version, 2);
+        // No constraint any more: the check is what refuses a repeated key.
+        conn.execute_batch("INSERT INTO application_status_history SELECT * FROM application_status_history").unwrap();
+        let source = "(SELECT * FROM application_status_history)";
+        let refused = check_keys(&conn, "application_status_history", source).unwrap_err();
+        assert!(refused.to_string().contains("repeat a key"), "{refused}");
+        check_keys(&conn, "application_status_history", "(SELECT DISTINCT * FROM application_status_history)").unwrap();
+        // A new warehouse is made at version 2 at once.
+        let fresh = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate(&fresh).unwrap(), 2);
+        assert_eq!(migrate(&fresh).unwrap(), 2, "again: nothing to do");
     }
 
     /// Two organizations in one batch, then one of them again: each holds exactly its own rows,

@@ -442,8 +442,15 @@ fn history_statements(orgs: Option<&str>) -> [String; 3] {
 
 /// Whether the database `conn` has a table (or view) named `name`.
 pub fn has_table(conn: &Connection, name: &str) -> Result<bool, LoadError> {
-    conn.query_row("SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = ?", [name], |r| r.get(0))
-        .map_err(|e| LoadError::db("read the schema", e))
+    // DuckDB's own catalog functions: `information_schema.tables` costs about 15 ms a query on
+    // a connection with a few temporary views, and a fleet asks once per organization.
+    conn.query_row(
+        "SELECT (SELECT count(*) FROM duckdb_tables() WHERE table_name = $1) \
+         + (SELECT count(*) FROM duckdb_views() WHERE view_name = $1 AND NOT internal) > 0",
+        [name],
+        |r| r.get(0),
+    )
+    .map_err(|e| LoadError::db("read the schema", e))
 }
 
 /// What a view over `source`, a table of many organizations (a fleet warehouse's, the lake's),
