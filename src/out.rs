@@ -134,18 +134,6 @@ pub fn holder_pid(holder: &str) -> Option<u32> {
 
 /// Writes a file atomically: a temporary sibling, fsync, then rename over the target.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutError> {
-    replace(path, bytes, true)
-}
-
-/// Writes a file atomically without waiting for the disk: a reader, or the next process after
-/// this one is killed, sees the old bytes or the new ones, never a mix; a power loss may keep
-/// the old ones. For state written often that costs little to lose, such as the pacer's
-/// memory, written before every request (an fsync there would stall the request's thread).
-pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), OutError> {
-    replace(path, bytes, false)
-}
-
-fn replace(path: &Path, bytes: &[u8], durable: bool) -> Result<(), OutError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io_err("create", dir))?;
     let tmp = dir.join(format!(
@@ -156,9 +144,7 @@ fn replace(path: &Path, bytes: &[u8], durable: bool) -> Result<(), OutError> {
     {
         let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
         f.write_all(bytes).map_err(io_err("write", &tmp))?;
-        if durable {
-            f.sync_all().map_err(io_err("sync", &tmp))?;
-        }
+        f.sync_all().map_err(io_err("sync", &tmp))?;
     }
     fs::rename(&tmp, path).map_err(io_err("rename into place", path))
 }

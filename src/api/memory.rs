@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use super::key::{fnv1a, ApiKey};
 use super::pacing::Pacer;
-use crate::out::{replace_file, OutError};
+use crate::out::{write_atomic, OutError};
 
 /// The pacer's memory of the latest requests, in wall-clock milliseconds since the Unix epoch:
 /// what a later process needs to keep the per-key rules across a restart (see [`Pacer::restore`]).
@@ -36,13 +36,11 @@ impl PacingMemory {
         }
     }
 
-    /// Writes it atomically (a temporary file renamed over the old one), without an fsync: it is
-    /// written before every request, and what it protects against is the next process on the
-    /// key, which a killed process's written file reaches. A power loss can lose the last
-    /// writes; after the restart the spacing has long passed, and a cap window counted short
-    /// costs at most a few 429s, which the client retries.
+    /// Writes it atomically: a temporary file, synced, renamed over the old one. (Without the
+    /// sync, a power loss can leave an empty file on some file systems, and the next process
+    /// would start a whole cap window afresh.)
     pub(crate) fn write(&self, path: &Path) -> Result<(), OutError> {
-        replace_file(path, &serde_json::to_vec(self).unwrap_or_default())
+        write_atomic(path, &serde_json::to_vec(self).unwrap_or_default())
     }
 }
 

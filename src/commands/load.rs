@@ -104,7 +104,7 @@ fn lake_url(raw: &str) -> Result<String, String> {
         "file" | "s3" => return Err(bad("has no path or bucket")),
         other => return Err(bad(&format!("has the scheme `{other}`"))),
     }
-    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() || url.password().is_some() {
         return Err(bad("must not carry a query, a fragment or credentials"));
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())

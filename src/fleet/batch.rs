@@ -57,6 +57,7 @@ enum Request {
     Actions { org: String, own: OutDir, reply: Reply<()> },
     KnownRuns { org: String, own: OutDir, reply: Reply<BTreeSet<String>> },
     Restored { org: String, own: OutDir, everything: bool, reply: Reply<()> },
+    Stage { org: String, tables: Vec<&'static str>, dir: std::path::PathBuf, reply: Reply<()> },
 }
 
 /// The running writer.
@@ -68,6 +69,9 @@ pub struct Batcher {
     landings: Arc<Semaphore>,
     /// The handles that may still send a load.
     to_load: Arc<std::sync::atomic::AtomicUsize>,
+    /// The organizations' own heavy steps outside the warehouse, at most two at once (the
+    /// cores of a small machine): [`crate::sync::SharedWarehouse::limit`].
+    limit: Arc<Semaphore>,
 }
 
 impl Batcher {
@@ -90,15 +94,17 @@ impl Batcher {
             .name("fleet-warehouse".into())
             .spawn(move || serve(warehouse, inbox, options, runtime, waiting, names))
             .map_err(|e| Error::Io { context: "start the fleet warehouse's thread".into(), source: e })?;
-        Ok(Batcher { requests, thread, landings, to_load })
+        Ok(Batcher { requests, thread, landings, to_load, limit: Arc::new(Semaphore::new(2)) })
     }
 
-    /// The handle an organization's sync loads through.
-    pub fn handle(&self, org: &str, own: &OutDir, lake: Option<LakeConfig>) -> OrgWarehouse {
+    /// The handle an organization's sync loads through; `actions`: it has an actions stage.
+    pub fn handle(&self, org: &str, own: &OutDir, lake: Option<LakeConfig>, actions: bool) -> OrgWarehouse {
         OrgWarehouse {
             org: org.to_owned(),
             own: own.clone(),
             lake,
+            actions,
+            limit: self.limit.clone(),
             requests: self.requests.clone(),
             landings: self.landings.clone(),
             to_load: LoadToCome::new(&self.to_load),
@@ -125,6 +131,9 @@ pub struct OrgWarehouse {
     own: OutDir,
     /// The lake its rows are committed to, with its batch's.
     lake: Option<LakeConfig>,
+    /// It has an actions stage: its `runs` row reaches the lake after its journal.
+    actions: bool,
+    limit: Arc<Semaphore>,
     requests: mpsc::Sender<Request>,
     landings: Arc<Semaphore>,
     to_load: LoadToCome,
@@ -185,7 +194,13 @@ impl SharedWarehouse for OrgWarehouse {
             let extracted =
                 crate::sync::blocking("landing", move || crate::load::read_checked(&own, &run_id, Some(&checked)))
                     .await?;
-            let member = Member { org: self.org.clone(), extracted, report: Some(report), lake: self.lake.clone() };
+            let member = Member {
+                org: self.org.clone(),
+                extracted,
+                report: Some(report),
+                lake: self.lake.clone(),
+                actions: self.actions,
+            };
             // Counted out once the request is in the channel: a writer that sees no load to
             // come finds every sent one there.
             let answer = self.ask(|reply| Request::Load { member: Box::new(member), reply });
@@ -204,6 +219,14 @@ impl SharedWarehouse for OrgWarehouse {
 
     fn take_restored(&self, everything: bool) -> BoxFuture<'_, Result<(), Error>> {
         self.ask(|reply| Request::Restored { org: self.org.clone(), own: self.own.clone(), everything, reply })
+    }
+
+    fn stage_for_lake(&self, tables: Vec<&'static str>, dir: std::path::PathBuf) -> BoxFuture<'_, Result<(), Error>> {
+        self.ask(|reply| Request::Stage { org: self.org.clone(), tables, dir, reply })
+    }
+
+    fn limit(&self) -> &Semaphore {
+        &self.limit
     }
 }
 
@@ -274,6 +297,10 @@ fn serve(
                 let _ = reply.send(w.take_restored(&org, &own, everything).map_err(Error::from));
                 false
             }
+            Ok(Request::Stage { org, tables, dir, reply }) => {
+                let _ = reply.send(w.stage_lake(&[org], &tables, &dir).map(|_| ()).map_err(Error::from));
+                false
+            }
             Ok(Request::Load { member, reply }) => {
                 opened.get_or_insert_with(Instant::now);
                 batch.push((*member, reply));
@@ -290,10 +317,15 @@ fn serve(
             let started = Instant::now();
             let size = members.len();
             let lake = members.iter().find_map(|m| m.lake.clone());
+            let with_actions: std::collections::BTreeSet<String> =
+                members.iter().filter(|m| m.actions).map(|m| m.org.clone()).collect();
             let mut loaded = vec![];
             for ((org, outcome), reply) in w.load(members, &options.config).into_iter().zip(replies) {
                 match outcome {
-                    Ok(report) if lake.is_some() => loaded.push((org, report, reply)),
+                    Ok(report) if lake.is_some() => {
+                        let actions = with_actions.contains(&org);
+                        loaded.push((org, actions, report, reply))
+                    }
                     outcome => {
                         if let Err(e) = &outcome {
                             tracing::warn!(organization = %org, error = %e, "the organization's load failed; the rest of its batch loads");
@@ -320,27 +352,44 @@ fn serve(
     }
 }
 
+/// The lake tables whose commit marks an organization's sync complete: `runs`, and the actions'
+/// results committed just before it. An organization with an actions stage commits them after
+/// its journal, once its actions are done ([`OrgWarehouse`]'s `stage_for_lake`), as `run --lake`
+/// does.
+const LAST: [&str; 2] = ["action_results", "runs"];
+
 /// Stages the loaded members' rows and commits them to the lake on the runtime, one commit per
-/// table; each member's sync is answered when the commits are done. A failure is every
-/// member's: their rows are in the fleet warehouse, and the lake gets them with their next load.
+/// table; each member's sync is answered when the commits are done. Members with an actions
+/// stage get every table but [`LAST`] now. A failure is every member's: their rows are in the
+/// fleet warehouse, and the lake gets them with their next load.
 fn commit_to_lake(
     w: &mut FleetWarehouse,
     runtime: &tokio::runtime::Handle,
     lake: LakeConfig,
-    mut loaded: Vec<(String, LoadReport, Reply<LoadReport>)>,
+    mut loaded: Vec<(String, bool, LoadReport, Reply<LoadReport>)>,
 ) {
     loaded.sort_by(|a, b| a.0.cmp(&b.0));
     let orgs: Vec<String> = loaded.iter().map(|(org, ..)| org.clone()).collect();
+    let complete: Vec<String> =
+        loaded.iter().filter(|(_, actions, ..)| !actions).map(|(org, ..)| org.clone()).collect();
+    let first: Vec<&'static str> = crate::load::lake::tables().into_iter().filter(|t| !LAST.contains(t)).collect();
     let dir = w.lake_staging();
-    let staged =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.stage_lake(&orgs, &dir))).unwrap_or_else(|_| {
-            Err(LoadError::Lake("staging the batch for the lake panicked (a bug): see the log".into()))
-        });
+    let staged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut rows = w.stage_lake(&orgs, &first, &dir)?;
+        if !complete.is_empty() {
+            for (org, counts) in w.stage_lake(&complete, &LAST, &dir)? {
+                rows.entry(org).or_default().extend(counts);
+            }
+        }
+        Ok(rows)
+    }))
+    .unwrap_or_else(|_| Err(LoadError::Lake("staging the batch for the lake panicked (a bug): see the log".into())));
     let mut staged_rows = match staged {
         Ok(rows) => rows,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
-            for (_, _, reply) in loaded {
+            for (_, _, _, reply) in loaded {
                 let _ = reply.send(Err(not_in_lake(&lake.url, &e, orgs.len())));
             }
             return;
@@ -348,8 +397,17 @@ fn commit_to_lake(
     };
     runtime.spawn(async move {
         let started = Instant::now();
-        let tables = crate::load::lake::tables();
-        let committed = crate::load::lake::commit_organizations(&lake, &orgs, &dir, &tables).await;
+        let mut committed = crate::load::lake::commit_organizations(&lake, &orgs, &dir, &first).await;
+        if let (Ok(report), false) = (&mut committed, complete.is_empty()) {
+            match crate::load::lake::commit_organizations(&lake, &complete, &dir, &LAST).await {
+                Ok(last) => {
+                    report.versions.extend(last.versions);
+                    report.rows.extend(last.rows);
+                    report.conflicts_retried += last.conflicts_retried;
+                }
+                Err(e) => committed = Err(e),
+            }
+        }
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             tracing::warn!(path = %dir.display(), error = %e, "cannot remove a batch's staged lake files");
         }
@@ -362,7 +420,7 @@ fn commit_to_lake(
             ),
             Err(e) => tracing::warn!(organizations = orgs.len(), error = %e, "the batch's lake commit failed"),
         }
-        for (org, mut report, reply) in loaded {
+        for (org, _, mut report, reply) in loaded {
             let answer = match &committed {
                 Ok(c) => {
                     let rows = staged_rows.remove(&org).unwrap_or_default();

@@ -79,7 +79,9 @@ pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: CancellationToken) 
     let names: Vec<String> = jobs.iter().map(|j| j.name.clone()).collect();
     for (i, job) in jobs.into_iter().enumerate() {
         let (transport, loads, stop, options) = (transport.clone(), loads.clone(), stop.clone(), options.clone());
-        let shared = fleet.as_ref().map(|(_, b)| b.handle(&job.name, &job.sync.load.out, job.sync.load.lake.clone()));
+        let shared = fleet.as_ref().map(|(_, b)| {
+            b.handle(&job.name, &job.sync.load.out, job.sync.load.lake.clone(), job.sync.actions.is_some())
+        });
         tasks.spawn(async move { (i, run_org(job, &transport, &loads, shared, stop, &options).await) });
     }
     let mut reports: Vec<Option<OrgReport>> = vec![None; names.len()];

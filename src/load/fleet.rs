@@ -207,6 +207,8 @@ pub struct Member {
     pub report: Option<ExtractReport>,
     /// The lake the organization's rows are committed to after its batch's load.
     pub lake: Option<super::lake::LakeConfig>,
+    /// It has an actions stage after its load (its lake `runs` row waits for it).
+    pub actions: bool,
 }
 
 /// What every member of a fleet's batches is loaded with.
@@ -665,15 +667,16 @@ impl FleetWarehouse {
         Ok(())
     }
 
-    /// Stages the rows of `orgs` of every lake table under `dir`, for one lake commit per
+    /// Stages the rows of `orgs` of the named lake tables under `dir`, for one lake commit per
     /// table ([`super::lake::commit_organizations`]).
     pub fn stage_lake(
         &mut self,
         orgs: &[String],
+        tables: &[&str],
         dir: &Path,
     ) -> Result<BTreeMap<String, BTreeMap<String, u64>>, LoadError> {
         let conn = self.conn()?;
-        super::lake::stage_organizations(conn, orgs, dir)
+        super::lake::stage_organizations(conn, orgs, tables, dir)
     }
 
     /// A new directory name for a batch's staged lake files, cleaned up by the next open if a
@@ -788,23 +791,28 @@ fn stage_batch(ready: &[Ready], dir: &Path) -> Result<BTreeMap<&'static str, Vec
                 message: e.to_string(),
             }
         };
-        for (i, (table, _)) in TABLES.iter().enumerate() {
+        for (table, _) in TABLES.iter() {
             let mut batch: Option<polars::prelude::DataFrame> = None;
             let mut own: Vec<(&str, polars::prelude::DataFrame)> = vec![];
             for r in ready {
-                let (name, frame) = r.frames.tables()[i];
-                debug_assert_eq!(name, *table, "Frames::tables is in the order of TABLES");
+                let Some((_, frame)) = r.frames.tables().into_iter().find(|(name, _)| name == table) else {
+                    return Err(LoadError::Db {
+                        context: format!("stage the batch's `{table}`"),
+                        message: "the transform made no such table (a bug)".into(),
+                    });
+                };
                 let mut df = frame.clone();
                 let height = df.height();
                 df.with_column(polars::prelude::Column::new("organization".into(), vec![r.org.as_str(); height]))
                     .map_err(polars(table))?;
                 match &mut batch {
                     None => batch = Some(df),
-                    Some(b) => {
-                        if b.vstack_mut(&df).is_err() {
-                            own.push((r.org.as_str(), df));
-                        }
+                    // Stacked only on the same schema: a failed stack can leave the batch's
+                    // frame with part of the member's columns appended.
+                    Some(b) if b.schema() == df.schema() => {
+                        b.vstack_mut(&df).map_err(polars(table))?;
                     }
+                    Some(_) => own.push((r.org.as_str(), df)),
                 }
             }
             let mut frames: Vec<(PathBuf, polars::prelude::DataFrame)> = vec![];
@@ -954,7 +962,7 @@ mod tests {
     }
 
     fn member(org: &str, extracted: Extracted) -> Member {
-        Member { org: org.into(), extracted, report: None, lake: None }
+        Member { org: org.into(), extracted, report: None, lake: None, actions: false }
     }
 
     fn count(conn: &Connection, sql: &str) -> i64 {

@@ -184,26 +184,27 @@ pub fn stage_table(conn: &duckdb::Connection, org: &str, table: &str, dir: &Path
     let year = if partition_columns(table).contains(&"year") { ", year(date) AS year" } else { "" };
     let file = dir.join(format!("{table}.parquet")).display().to_string().replace('\'', "''");
     conn.execute_batch(&format!(
-        "COPY (SELECT '{org}' AS organization, *{year} FROM {table}) TO '{file}' (FORMAT parquet);"
+        "COPY (SELECT {} AS organization, *{year} FROM {table}) TO '{file}' (FORMAT parquet);",
+        warehouse::sql_literal(org)
     ))
     .map_err(|e| LoadError::db(format!("stage `{table}` for the lake"), e))
 }
 
-/// Stages the rows of the organizations `orgs` of every table of a fleet warehouse (where every
-/// table has `organization`), each table as `dir/<table>.parquet`, for
+/// Stages the rows of the organizations `orgs` of the named tables of a fleet warehouse (where
+/// every table has `organization`), each table as `dir/<table>.parquet`, for
 /// [`commit_organizations`]; returns the rows staged per organization and table. The action
 /// journal is not a fleet warehouse's: it stays in each organization's own state and is
 /// committed from there.
 pub fn stage_organizations(
     conn: &duckdb::Connection,
     orgs: &[String],
+    tables: &[&str],
     dir: &Path,
 ) -> Result<BTreeMap<String, BTreeMap<String, u64>>, LoadError> {
-    let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
     let list = warehouse::sql_list(orgs);
     let mut rows: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    for table in tables() {
+    for &table in tables {
         let failed = |e| LoadError::db(format!("stage `{table}` for the lake"), e);
         let year = if partition_columns(table).contains(&"year") { ", year(date) AS year" } else { "" };
         let file = warehouse::sql_literal(&dir.join(format!("{table}.parquet")).display().to_string());
@@ -359,7 +360,7 @@ async fn commit_table(
     let staged = StructType::try_from_arrow(normalize_for_delta(&batches[0].schema()).as_ref())
         .map_err(|e| failed(&e, String::new()))?;
     let predicate = match orgs {
-        [org] => format!("organization = '{org}'"),
+        [org] => format!("organization = {}", warehouse::sql_literal(org)),
         _ => format!("organization IN ({})", warehouse::sql_list(orgs)),
     };
     let partition_by: Vec<String> = partition_columns(table).iter().map(|c| c.to_string()).collect();

@@ -291,7 +291,15 @@ pub(crate) fn export_tables(
             .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))?;
         if let Some((current, orgs)) = &current {
             std::fs::create_dir_all(&version).map_err(io_err("create", &version))?;
-            link_unchanged(current, &version, orgs)?;
+            if let Err(e) = link_unchanged(current, &version, orgs) {
+                // A current version that cannot be read or linked (removed by hand, or a file
+                // system without hard links): this table is exported whole instead.
+                tracing::warn!(table, error = %e, "cannot reuse the current Parquet version's files; exporting the table whole");
+                std::fs::remove_dir_all(&version).map_err(io_err("remove", &version))?;
+                let select = format!("SELECT *{year} FROM {table} ORDER BY {key}{}", warehouse::order_by(table));
+                conn.execute_batch(&format!("COPY ({select}) TO '{path}' ({options});"))
+                    .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))?;
+            }
         }
         // Switch the table's path to the new version: one rename of a symlink.
         let tmp_link = root.join(format!(".{table}.link-{run_id}"));
@@ -667,12 +675,13 @@ pub(crate) fn record_runs(conn: &duckdb::Connection, runs: &[RunRow]) -> Result<
                 warehouse::sql_list(&orgs)
             ))
             .map_err(read)?;
-        let latest = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        // An organization whose runs all lack `finished_at` has no latest run (NULL).
+        let latest: Vec<(String, Option<String>)> = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)))
             .map_err(read)?
             .collect::<Result<_, _>>()
             .map_err(read)?;
-        latest
+        latest.into_iter().filter_map(|(org, run)| Some((org, run?))).collect()
     } else {
         warehouse::latest_run(conn)?.map(|run| (String::new(), run)).into_iter().collect()
     };

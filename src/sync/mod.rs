@@ -63,6 +63,12 @@ pub trait SharedWarehouse: Send + Sync {
     /// Takes what a restore from the lake wrote into the organization's own warehouse: every
     /// table, or (`everything` false) its actions' results alone.
     fn take_restored(&self, everything: bool) -> BoxFuture<'_, Result<(), Error>>;
+    /// Bounds the organizations' own CPU- and store-heavy steps outside the shared warehouse
+    /// (the restore check against the lake, their actions' lake commits).
+    fn limit(&self) -> &tokio::sync::Semaphore;
+    /// Stages the organization's rows of the named lake tables (`action_results`, `runs`) from
+    /// the shared warehouse under `dir`, for its lake commit after its actions.
+    fn stage_for_lake(&self, tables: Vec<&'static str>, dir: std::path::PathBuf) -> BoxFuture<'_, Result<(), Error>>;
 }
 
 /// How a sync shares the machine with other organizations' syncs.
@@ -92,7 +98,7 @@ pub async fn run(
     let (loads, shared) = match sharing {
         Sharing::Alone => (None, None),
         Sharing::OwnWarehouse(loads) => (Some(loads), None),
-        Sharing::Shared(w) => (None, Some(w)),
+        Sharing::Shared(w) => (Some(w.limit()), Some(w)),
     };
     let permit = || async {
         match loads {
@@ -112,6 +118,7 @@ pub async fn run(
         // restore compares the lake's runs with the fleet warehouse's, restores into its own
         // warehouse as ever, and the fleet warehouse takes what was restored from there.
         (Some(lake), Some(w)) => {
+            let _held = permit().await;
             let known = w.known_runs().await?;
             let restored = restore::restore_from_lake(&load_config.out, lake, Some(known)).await?;
             if let Some(r) = &restored {
@@ -208,9 +215,18 @@ pub async fn run(
             let _held = permit().await;
             loaded.lake = Some(push_to_lake(&out, lake, &crate::load::lake::committed_tables()).await?);
         }
-        (Some(lake), Some(_)) if actions.is_some() => {
-            let tables = [crate::load::lake::JOURNAL, "action_results"];
-            let pushed = push_to_lake(&out, lake, &tables).await?;
+        (Some(lake), Some(w)) if actions.is_some() => {
+            // The journal from the organization's own warehouse, then its actions' results and
+            // its `runs` row (the completion marker) from the shared one.
+            let _held = permit().await;
+            let staged = out.root().join(".lake-staging");
+            let (o, org, dir) = (out.clone(), lake.org.clone(), staged.clone());
+            blocking("lake staging", move || crate::load::lake::stage(&o, &org, &dir, &[crate::load::lake::JOURNAL]))
+                .await?;
+            w.stage_for_lake(vec!["action_results", "runs"], staged.clone()).await?;
+            let tables = [crate::load::lake::JOURNAL, "action_results", "runs"];
+            let pushed = crate::load::lake::commit_tables(lake, &staged, &tables).await?;
+            let _ = std::fs::remove_dir_all(&staged);
             if let Some(report) = &mut loaded.lake {
                 report.versions.extend(pushed.versions);
                 report.rows.extend(pushed.rows);

@@ -1284,6 +1284,15 @@ fn a_fleet_warehouse_with_a_lake_sends_corrections_exactly_once_across_volumes()
     let applied = "SELECT count(*) FROM action_results WHERE organization = 'main' AND outcome = 'applied'";
     assert_eq!(count(&db(&dir.path().join("out")), applied), 2);
     assert_eq!(lake_counts(dir.path(), &lake, "action_results"), "organization,n\nmain,2\n");
+    // `main`'s `runs` row (the completion marker) and its actions' results reach the lake after
+    // its actions, alone; its batch committed them for `plain` only.
+    for table in ["runs", "action_results"] {
+        let commits: Vec<String> = lake_commits(dir.path(), table).into_iter().map(|(p, _)| p).collect();
+        assert!(commits.contains(&"organization = 'main'".to_owned()), "{table}: {commits:?}");
+        assert!(commits.iter().all(|p| !p.contains("IN (")), "{table}: {commits:?}");
+    }
+    let applications: Vec<String> = lake_commits(dir.path(), "applications").into_iter().map(|(p, _)| p).collect();
+    assert_eq!(applications, ["organization IN ('main', 'plain')"], "one batch of both");
 
     // A fresh volume: the journal comes back from the lake; nothing is sent again.
     std::fs::rename(dir.path().join("out"), dir.path().join("old-out")).unwrap();
