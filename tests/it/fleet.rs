@@ -604,11 +604,7 @@ fn held_or_stopped_corrections_leave_the_sync_completed() {
     let dir = tempfile::tempdir().unwrap();
     // `main` is the emulator's main organization (it has sales); `numbered` is organization 1,
     // whose correction names a sale that does not exist (404: failed, held).
-    std::fs::write(
-        dir.path().join("main.csv"),
-        format!("{ACTIONS_HEADER}\nupdate_sale,yes,7001,,1111,,,,,,\nupdate_sale,yes,7002,,2222,,,,,,\n"),
-    )
-    .unwrap();
+    write_main_corrections(dir.path());
     std::fs::write(dir.path().join("numbered.csv"), format!("{ACTIONS_HEADER}\nupdate_sale,yes,999999,,3333,,,,,,\n"))
         .unwrap();
     let file = dir.path().join("fleet.toml");
@@ -1252,6 +1248,15 @@ fn a_fleet_warehouse_commits_each_batch_to_the_lake_once_per_table() {
     }
 }
 
+/// Two corrections of the emulator's main organization (sales 7001 and 7002), as `main.csv`.
+fn write_main_corrections(dir: &Path) {
+    std::fs::write(
+        dir.join("main.csv"),
+        format!("{ACTIONS_HEADER}\nupdate_sale,yes,7001,,1111,,,,,,\nupdate_sale,yes,7002,,2222,,,,,,\n"),
+    )
+    .unwrap();
+}
+
 /// `--warehouse fleet --lake` with corrections: the journal stays in the organization's own
 /// state and reaches the lake (intents before sending, results after), so a fresh `--out`
 /// restores it and sends nothing twice; the fleet warehouse holds the actions' results.
@@ -1259,11 +1264,7 @@ fn a_fleet_warehouse_commits_each_batch_to_the_lake_once_per_table() {
 fn a_fleet_warehouse_with_a_lake_sends_corrections_exactly_once_across_volumes() {
     let emu = fleet_emulator(1, 50, &[]);
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("main.csv"),
-        format!("{ACTIONS_HEADER}\nupdate_sale,yes,7001,,1111,,,,,,\nupdate_sale,yes,7002,,2222,,,,,,\n"),
-    )
-    .unwrap();
+    write_main_corrections(dir.path());
     let file = dir.path().join("fleet.toml");
     std::fs::write(
         &file,
