@@ -77,12 +77,25 @@ pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: CancellationToken) 
     };
     let mut tasks = tokio::task::JoinSet::new();
     let names: Vec<String> = jobs.iter().map(|j| j.name.clone()).collect();
+    let in_flight = in_flight_limit(jobs.len());
+    if in_flight < jobs.len() {
+        tracing::info!(
+            organizations = jobs.len(),
+            in_flight,
+            "the process's open-file limit allows this many organizations in flight at once; the others wait for a slot"
+        );
+    }
+    let slots = Arc::new(Semaphore::new(in_flight));
     for (i, job) in jobs.into_iter().enumerate() {
         let (transport, loads, stop, options) = (transport.clone(), loads.clone(), stop.clone(), options.clone());
         let shared = fleet.as_ref().map(|(_, b)| {
             b.handle(&job.name, &job.sync.load.out, job.sync.load.lake.clone(), job.sync.actions.is_some())
         });
-        tasks.spawn(async move { (i, run_org(job, &transport, &loads, shared, stop, &options).await) });
+        let slots = slots.clone();
+        tasks.spawn(async move {
+            let _slot = slots.acquire_owned().await;
+            (i, run_org(job, &transport, &loads, shared, stop, &options).await)
+        });
     }
     let mut reports: Vec<Option<OrgReport>> = vec![None; names.len()];
     while let Some(done) = tasks.join_next().await {
@@ -120,6 +133,28 @@ pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: CancellationToken) 
         }
     }
     Ok(report)
+}
+
+/// Open files the process keeps for itself (the fleet warehouse, its export, logs).
+const RESERVED_FILES: usize = 256;
+/// Open files an organization in flight can hold at once: its lock, its landing segment while it
+/// extracts, a connection while a request is in flight, and a state file being replaced.
+const FILES_PER_ORGANIZATION: usize = 4;
+
+/// How many organizations may be in flight at once: all of them, unless the process's
+/// open-file limit (its soft limit, from `/proc/self/limits`) is too low for them all, when
+/// the others wait for a slot instead of failing with "Too many open files". At least 16.
+fn in_flight_limit(organizations: usize) -> usize {
+    let soft = std::fs::read_to_string("/proc/self/limits").ok().and_then(|text| {
+        let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+        line.split_whitespace().nth(3)?.parse::<usize>().ok()
+    });
+    match soft {
+        Some(limit) => {
+            (limit.saturating_sub(RESERVED_FILES) / FILES_PER_ORGANIZATION).max(16).min(organizations.max(1))
+        }
+        None => organizations.max(1),
+    }
 }
 
 /// Why an organization's own stop was raised.

@@ -1306,3 +1306,37 @@ fn a_fleet_warehouse_with_a_lake_sends_corrections_exactly_once_across_volumes()
     assert!(count(&db(&dir.path().join("out")), applied) >= 2);
     assert_eq!(count(&db(&dir.path().join("out")), "SELECT count(DISTINCT organization) FROM runs"), 2);
 }
+
+/// A fleet larger than the process's open-file limit allows (here 256 descriptors for 120
+/// organizations, each of which holds a lock, a landing and a connection) waits for slots
+/// instead of failing organizations with "Too many open files".
+#[test]
+fn a_fleet_beyond_the_open_file_limit_completes_every_organization() {
+    let n = 120;
+    let emu = fleet_emulator(n, 5, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<String> = (1..=n).map(|k| format!("o{k}")).collect();
+    let file = fleet_file(dir.path(), &names.iter().map(String::as_str).collect::<Vec<_>>(), "");
+    let out = dir.path().join("out");
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 256 && exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_creator-etl"))
+        .args(["--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "fleet", "run", "--config"])
+        .arg(&file)
+        .env_remove("CREATOR_ETL_LAKE")
+        .env("CREATOR_MIN_INTERVAL_MS", "0")
+        .env("CREATOR_HOURLY_CAP", "0")
+        .envs(key_env(n))
+        .output()
+        .unwrap();
+    assert_exit(&[], &o, 0);
+    let orgs = by_name(&report(&o));
+    assert_eq!(orgs.len(), n as usize);
+    for (name, row) in &orgs {
+        assert_eq!(row["outcome"], "completed", "{name}: {row}");
+    }
+    let c = db(&out);
+    assert_eq!(count(&c, "SELECT count(DISTINCT organization) FROM runs"), i64::from(n));
+}
