@@ -98,7 +98,7 @@ pub struct FleetRunArgs {
     /// With `--warehouse fleet`: a batch loads at most N organizations…
     #[arg(long, default_value_t = crate::fleet::batch::DEFAULT_BATCH_SIZE, value_name = "N")]
     pub batch_size: usize,
-    /// …and closes this long (`2s`, `500ms`) after its first organization's extract finished
+    /// …and closes at the latest this long (`2s`, `500ms`) after its first organization's extract finished (at once when no other organization can join it)
     #[arg(long, default_value = "2s", value_name = "DURATION")]
     pub batch_wait: String,
     /// With `--warehouse fleet`: publish the readers' snapshot and the Parquet tree after a
