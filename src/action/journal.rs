@@ -134,14 +134,7 @@ impl Journal {
         if crate::load::fleet::is_fleet(&conn)? {
             return Err(crate::load::LoadError::Kind(crate::load::fleet::NOT_ONE_ORGANIZATION.into()).into());
         }
-        let has_journal: bool = conn
-            .query_row(
-                "SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = 'action_journal'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(db("look for the journal"))?;
-        if !has_journal {
+        if !warehouse::has_table(&conn, "action_journal")? {
             return Ok(None);
         }
         let scoped = Self::has_scope_columns(&conn)?;

@@ -127,7 +127,7 @@ pub async fn exec(args: &LoadArgs, global: &GlobalArgs) -> Result<u8, Error> {
     }
     let mut loaded = load_blocking(config, run_id, Some(report)).await?;
     if let Some(lake) = &lake {
-        loaded.lake = Some(push_to_lake(&out, lake, &crate::load::lake::committed_tables()).await?);
+        loaded.lake = Some(push_to_lake(&out, lake, &crate::load::lake::committed_tables(), None).await?);
     }
     print_json(&loaded)?;
     Ok(exit::OK)

@@ -13,13 +13,12 @@
 //! (`organization IN (…)`), `runs` last, on the runtime while the writer goes on with the next
 //! batch. Each organization's sync resumes when its batch's lake commits have landed.
 
+use std::collections::BTreeSet;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use tokio::sync::{oneshot, Semaphore};
-
-use std::collections::BTreeSet;
 
 use crate::extract::{ExtractConfig, ExtractReport, Snapshot};
 use crate::load::fleet::{BatchConfig, FleetWarehouse, Member};
@@ -317,8 +316,7 @@ fn serve(
             let started = Instant::now();
             let size = members.len();
             let lake = members.iter().find_map(|m| m.lake.clone());
-            let with_actions: std::collections::BTreeSet<String> =
-                members.iter().filter(|m| m.actions).map(|m| m.org.clone()).collect();
+            let with_actions: BTreeSet<String> = members.iter().filter(|m| m.actions).map(|m| m.org.clone()).collect();
             let mut loaded = vec![];
             for ((org, outcome), reply) in w.load(members, &options.config).into_iter().zip(replies) {
                 match outcome {
@@ -400,11 +398,7 @@ fn commit_to_lake(
         let mut committed = crate::load::lake::commit_organizations(&lake, &orgs, &dir, &first).await;
         if let (Ok(report), false) = (&mut committed, complete.is_empty()) {
             match crate::load::lake::commit_organizations(&lake, &complete, &dir, &LAST).await {
-                Ok(last) => {
-                    report.versions.extend(last.versions);
-                    report.rows.extend(last.rows);
-                    report.conflicts_retried += last.conflicts_retried;
-                }
+                Ok(last) => report.absorb(last),
                 Err(e) => committed = Err(e),
             }
         }

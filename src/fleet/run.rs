@@ -61,6 +61,7 @@ pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: CancellationToken) 
         None => return Ok(FleetReport::new(vec![], started.elapsed())),
     };
     let loads = Arc::new(Semaphore::new(options.max_loads.max(1)));
+    let names: Vec<String> = jobs.iter().map(|j| j.name.clone()).collect();
     // The fleet warehouse: the fleet's `--out` is locked for the run (its organizations' own
     // directories each have their own lock, as ever), and one thread writes it.
     let fleet = match &options.batches {
@@ -68,7 +69,7 @@ pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: CancellationToken) 
             let out = OutDir::new(&options.out);
             let lock = out.lock("fleet run")?;
             let batches = batches.clone();
-            let names = jobs.iter().map(|j| j.name.clone()).collect();
+            let names = names.clone();
             let batcher =
                 crate::sync::blocking("fleet warehouse", move || Batcher::start(&out, batches, names)).await?;
             Some((lock, batcher))
@@ -76,7 +77,6 @@ pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: CancellationToken) 
         None => None,
     };
     let mut tasks = tokio::task::JoinSet::new();
-    let names: Vec<String> = jobs.iter().map(|j| j.name.clone()).collect();
     let in_flight = in_flight_limit(jobs.len());
     if in_flight < jobs.len() {
         tracing::info!(

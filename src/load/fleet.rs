@@ -326,6 +326,17 @@ impl FleetWarehouse {
         self.conn.take()
     }
 
+    /// The fleet warehouse's database, as a quoted SQL name: the reader's temporary tables and
+    /// views are in the temporary database, whose schema is also `main`, so the warehouse's
+    /// tables are named with their database.
+    fn database(&mut self) -> Result<String, LoadError> {
+        let name: String = self
+            .conn()?
+            .query_row("SELECT current_database()", [], |r| r.get(0))
+            .map_err(|e| LoadError::db("read the database's name", e))?;
+        Ok(format!("\"{}\"", name.replace('"', "\"\"")))
+    }
+
     /// The reader connection, made on first use: every table is shadowed by a temporary view of
     /// the rows of the organization named by the connection's variable `creator_etl_org`,
     /// without `organization`. Temporary views and variables are the connection's own, so the
@@ -333,14 +344,12 @@ impl FleetWarehouse {
     fn reader(&mut self) -> Result<&Connection, LoadError> {
         if self.reader.is_none() {
             let failed = |e| LoadError::db("open the fleet warehouse's reader", e);
-            let conn = self.conn()?;
-            let db: String = conn.query_row("SELECT current_database()", [], |r| r.get(0)).map_err(failed)?;
-            let db = db.replace('"', "\"\"");
-            let reader = conn.try_clone().map_err(failed)?;
+            let db = self.database()?;
+            let reader = self.conn()?.try_clone().map_err(failed)?;
             let mut views = String::new();
             for t in tables() {
                 views.push_str(&format!(
-                    "CREATE TEMP TABLE group_{t} AS SELECT * FROM \"{db}\".main.{t} LIMIT 0;\n\
+                    "CREATE TEMP TABLE group_{t} AS SELECT * FROM {db}.main.{t} LIMIT 0;\n\
                      CREATE TEMP VIEW {t} AS SELECT * EXCLUDE (organization) FROM temp.main.group_{t} \
                      WHERE organization = getvariable('creator_etl_org');\n"
                 ));
@@ -357,17 +366,13 @@ impl FleetWarehouse {
     /// rows, not the fleet's. Every write empties the group, so a group never holds rows older
     /// than the warehouse's.
     pub fn gather(&mut self, orgs: &[String]) -> Result<(), LoadError> {
-        let conn = self.conn()?;
-        let db: String = conn
-            .query_row("SELECT current_database()", [], |r| r.get(0))
-            .map_err(|e| LoadError::db("read the database's name", e))?;
-        let db = db.replace('"', "\"\"");
+        let db = self.database()?;
         let list = sql_list(orgs);
         let mut sql = String::new();
         for t in tables() {
             sql.push_str(&format!(
                 "DELETE FROM temp.main.group_{t};\n\
-                 INSERT INTO temp.main.group_{t} SELECT * FROM \"{db}\".main.{t} WHERE organization IN ({list});\n"
+                 INSERT INTO temp.main.group_{t} SELECT * FROM {db}.main.{t} WHERE organization IN ({list});\n"
             ));
         }
         self.group.clear();
@@ -497,51 +502,40 @@ impl FleetWarehouse {
     }
 
     fn commit_all(&mut self, ready: &[Ready], staging: &Path) -> Result<Vec<Outcome>, LoadError> {
-        let started = std::time::Instant::now();
+        let mut laps = Laps::start();
         let published = warehouse::published_path(&self.out);
         let parquet_dir = self.out.root().join("parquet");
         let orgs: Vec<String> = ready.iter().map(|r| r.org.clone()).collect();
         // A batch's attempt, or one member's after the batch failed: a directory of its own.
         let dir = staging.join(if let [one] = ready { one.org.as_str() } else { "batch" });
         let files = stage_batch(ready, &dir)?;
-        let stage_ms = started.elapsed().as_millis() as u64;
+        laps.lap("stage");
         let conn = self.conn()?;
         let list = sql_list(&orgs);
+        let mut sql = String::from("BEGIN TRANSACTION;\n");
         for (table, _) in TABLES {
             let files: Vec<String> =
                 files.get(table).into_iter().flatten().map(|f| sql_literal(&f.display().to_string())).collect();
             let source =
                 format!("read_parquet([{}], union_by_name = true, hive_partitioning = false)", files.join(", "));
             check_keys(conn, table, &source)?;
-        }
-        let mut sql = String::from("BEGIN TRANSACTION;\n");
-        for (table, _) in TABLES {
-            sql.push_str(&format!("DELETE FROM {table} WHERE organization IN ({list});\n"));
-            let files: Vec<String> =
-                files.get(table).into_iter().flatten().map(|f| sql_literal(&f.display().to_string())).collect();
             sql.push_str(&format!(
-                "INSERT INTO {table} BY NAME SELECT * FROM read_parquet([{}], union_by_name = true, hive_partitioning = false);\n",
-                files.join(", ")
+                "DELETE FROM {table} WHERE organization IN ({list});\nINSERT INTO {table} BY NAME SELECT * FROM {source};\n"
             ));
         }
+        laps.lap("check_keys");
         if let Err(e) = conn.execute_batch(&sql) {
             let _ = conn.execute_batch("ROLLBACK");
             return Err(LoadError::db("load the batch's tables", e));
         }
-        let inserted_ms = started.elapsed().as_millis() as u64;
+        laps.lap("insert");
         let result = (|| {
             let changes = warehouse::record_history_of(conn, &orgs)?;
             let history = format!("(SELECT * FROM application_status_history WHERE organization IN ({list}))");
             check_keys(conn, "application_status_history", &history)?;
-            let history_ms = started.elapsed().as_millis() as u64;
+            laps.lap("history");
             let rows = row_counts_of(conn, &orgs)?;
-            tracing::debug!(
-                stage_ms,
-                inserted_ms,
-                history_ms,
-                counted_ms = started.elapsed().as_millis() as u64,
-                "batch transaction (ms since its start)"
-            );
+            laps.lap("count");
             let mut reports = vec![];
             for r in ready {
                 let mut quality = r.quality.clone();
@@ -562,14 +556,10 @@ impl FleetWarehouse {
                 })
                 .collect();
             record_runs(conn, &runs)?;
+            laps.lap("record");
             crate::out::crash_point("fleet-load-before-commit");
-            let recorded_ms = started.elapsed().as_millis() as u64;
             conn.execute_batch("COMMIT;").map_err(|e| LoadError::db("commit the batch", e))?;
-            tracing::debug!(
-                recorded_ms,
-                committed_ms = started.elapsed().as_millis() as u64,
-                "batch committed (ms since its start)"
-            );
+            laps.lap("commit");
             Ok(reports)
         })();
         let reports = match result {
@@ -582,7 +572,9 @@ impl FleetWarehouse {
         self.unpublished = true;
         self.dirty.extend(orgs.iter().cloned());
         self.loaded.extend(orgs);
-        let transaction_ms = started.elapsed().as_millis() as u64;
+        tracing::debug!(stages = ?laps.stages_ms, "batch staged and committed (ms)");
+        let stage_ms = laps.stages_ms.get("stage").copied().unwrap_or_default();
+        let transaction_ms: u64 = laps.stages_ms.values().sum::<u64>() - stage_ms;
         Ok(reports
             .into_iter()
             .zip(ready)
@@ -592,7 +584,7 @@ impl FleetWarehouse {
                 }
                 let mut stages_ms = r.laps.clone();
                 stages_ms.insert("stage".into(), stage_ms);
-                stages_ms.insert("transaction".into(), transaction_ms - stage_ms);
+                stages_ms.insert("transaction".into(), transaction_ms);
                 stages_ms.insert("total".into(), stages_ms.values().sum());
                 let report = LoadReport {
                     run_id: r.spec.run_id.clone(),

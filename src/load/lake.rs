@@ -128,6 +128,15 @@ pub struct LakeReport {
     pub conflicts_retried: u32,
 }
 
+impl LakeReport {
+    /// Adds a later commit's tables (of the same organizations' sync) to this report.
+    pub fn absorb(&mut self, later: LakeReport) {
+        self.versions.extend(later.versions);
+        self.rows.extend(later.rows);
+        self.conflicts_retried += later.conflicts_retried;
+    }
+}
+
 /// Every table of the lake that `query --lake` reads, in commit order: `runs` last, as the
 /// completion marker.
 pub fn tables() -> Vec<&'static str> {
@@ -182,9 +191,9 @@ pub fn stage(out: &OutDir, org: &str, dir: &Path, tables: &[&str]) -> Result<(),
 pub fn stage_table(conn: &duckdb::Connection, org: &str, table: &str, dir: &Path) -> Result<(), LoadError> {
     std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
     let year = if partition_columns(table).contains(&"year") { ", year(date) AS year" } else { "" };
-    let file = dir.join(format!("{table}.parquet")).display().to_string().replace('\'', "''");
+    let file = warehouse::sql_literal(&dir.join(format!("{table}.parquet")).display().to_string());
     conn.execute_batch(&format!(
-        "COPY (SELECT {} AS organization, *{year} FROM {table}) TO '{file}' (FORMAT parquet);",
+        "COPY (SELECT {} AS organization, *{year} FROM {table}) TO {file} (FORMAT parquet);",
         warehouse::sql_literal(org)
     ))
     .map_err(|e| LoadError::db(format!("stage `{table}` for the lake"), e))

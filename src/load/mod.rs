@@ -279,16 +279,20 @@ pub(crate) fn export_tables(
             }
             None => String::new(),
         };
-        let select = format!("SELECT *{year} FROM {table}{only} ORDER BY {key}{}", warehouse::order_by(table));
         let options = match (keyed, partition) {
             (true, true) => "FORMAT parquet, COMPRESSION zstd, PARTITION_BY (organization, year)",
             (true, false) => "FORMAT parquet, COMPRESSION zstd, PARTITION_BY (organization)",
             (false, true) => "FORMAT parquet, COMPRESSION zstd, PARTITION_BY (year)",
             (false, false) => "FORMAT parquet, COMPRESSION zstd",
         };
-        let path = target.display().to_string().replace('\'', "''");
-        conn.execute_batch(&format!("COPY ({select}) TO '{path}' ({options});"))
-            .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))?;
+        let path = warehouse::sql_literal(&target.display().to_string());
+        // The table's rows (`filter`: of some organizations) into the new version.
+        let copy = |filter: &str| {
+            let select = format!("SELECT *{year} FROM {table}{filter} ORDER BY {key}{}", warehouse::order_by(table));
+            conn.execute_batch(&format!("COPY ({select}) TO {path} ({options});"))
+                .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))
+        };
+        copy(&only)?;
         if let Some((current, orgs)) = &current {
             std::fs::create_dir_all(&version).map_err(io_err("create", &version))?;
             if let Err(e) = link_unchanged(current, &version, orgs) {
@@ -296,9 +300,7 @@ pub(crate) fn export_tables(
                 // system without hard links): this table is exported whole instead.
                 tracing::warn!(table, error = %e, "cannot reuse the current Parquet version's files; exporting the table whole");
                 std::fs::remove_dir_all(&version).map_err(io_err("remove", &version))?;
-                let select = format!("SELECT *{year} FROM {table} ORDER BY {key}{}", warehouse::order_by(table));
-                conn.execute_batch(&format!("COPY ({select}) TO '{path}' ({options});"))
-                    .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))?;
+                copy("")?;
             }
         }
         // Switch the table's path to the new version: one rename of a symlink.

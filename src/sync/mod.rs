@@ -213,24 +213,16 @@ pub async fn run(
     match (&lake, shared) {
         (Some(lake), None) => {
             let _held = permit().await;
-            loaded.lake = Some(push_to_lake(&out, lake, &crate::load::lake::committed_tables()).await?);
+            loaded.lake = Some(push_to_lake(&out, lake, &crate::load::lake::committed_tables(), None).await?);
         }
         (Some(lake), Some(w)) if actions.is_some() => {
             // The journal from the organization's own warehouse, then its actions' results and
             // its `runs` row (the completion marker) from the shared one.
             let _held = permit().await;
-            let staged = out.root().join(".lake-staging");
-            let (o, org, dir) = (out.clone(), lake.org.clone(), staged.clone());
-            blocking("lake staging", move || crate::load::lake::stage(&o, &org, &dir, &[crate::load::lake::JOURNAL]))
-                .await?;
-            w.stage_for_lake(vec!["action_results", "runs"], staged.clone()).await?;
-            let tables = [crate::load::lake::JOURNAL, "action_results", "runs"];
-            let pushed = crate::load::lake::commit_tables(lake, &staged, &tables).await?;
-            let _ = std::fs::remove_dir_all(&staged);
+            let from_shared: (&dyn SharedWarehouse, &[&'static str]) = (w, &["action_results", "runs"]);
+            let pushed = push_to_lake(&out, lake, &[crate::load::lake::JOURNAL], Some(from_shared)).await?;
             if let Some(report) = &mut loaded.lake {
-                report.versions.extend(pushed.versions);
-                report.rows.extend(pushed.rows);
-                report.conflicts_retried += pushed.conflicts_retried;
+                report.absorb(pushed);
             }
         }
         _ => {}
@@ -264,17 +256,24 @@ pub(crate) async fn load_blocking(
 }
 
 /// Commits the organization's rows of `tables` (of [`crate::load::lake::committed_tables`], in
-/// its order) from its warehouse in `out` to the lake ([`crate::load::lake`]): staged by DuckDB
-/// on a blocking thread, committed by delta-rs here.
+/// its order) from its warehouse in `out` to the lake ([`crate::load::lake`]), then those of
+/// `shared`'s tables from a shared warehouse: staged by DuckDB on a blocking thread (or the
+/// shared warehouse's), committed by delta-rs here.
 pub async fn push_to_lake(
     out: &crate::out::OutDir,
     lake: &crate::load::lake::LakeConfig,
     tables: &[&'static str],
+    shared: Option<(&dyn SharedWarehouse, &[&'static str])>,
 ) -> Result<crate::load::lake::LakeReport, Error> {
     let staged = out.root().join(".lake-staging");
     let (o, org, dir, staged_tables) = (out.clone(), lake.org.clone(), staged.clone(), tables.to_vec());
     blocking("lake staging", move || crate::load::lake::stage(&o, &org, &dir, &staged_tables)).await?;
-    let report = crate::load::lake::commit_tables(lake, &staged, tables).await?;
+    let mut committed = tables.to_vec();
+    if let Some((w, shared_tables)) = shared {
+        w.stage_for_lake(shared_tables.to_vec(), staged.clone()).await?;
+        committed.extend(shared_tables);
+    }
+    let report = crate::load::lake::commit_tables(lake, &staged, &committed).await?;
     let _ = std::fs::remove_dir_all(&staged);
     Ok(report)
 }
