@@ -11,6 +11,7 @@ use crate::commands::extract::ExtractArgs;
 use crate::commands::fleet::FleetCommand;
 use crate::commands::load::LoadArgs;
 use crate::commands::query::QueryArgs;
+use crate::commands::report::ReportArgs;
 use crate::commands::run::RunArgs;
 use crate::commands::{self, GlobalArgs};
 use crate::Error;
@@ -53,6 +54,9 @@ pub enum Command {
     Actions(ActionsCommand),
     /// Run a named query (`queries/`) or a SQL file against the warehouse, read-only
     Query(QueryArgs),
+    /// Write the HTML report (`OUT/report/index.html`): freshness, views and likes,
+    /// applications, cohorts and corrections, one self-contained file; prints a JSON summary
+    Report(ReportArgs),
     /// The whole product on this machine: an in-process emulator, `run`, the example actions,
     /// and a summary (writes only into an empty directory or an earlier demo's)
     Demo(DemoArgs),
@@ -74,6 +78,7 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         Command::Actions(ActionsCommand::Plan(args)) => commands::actions::plan(args, global),
         Command::Actions(ActionsCommand::Apply(args)) => commands::actions::apply(args, global).await,
         Command::Query(args) => commands::query::exec(args, global).await,
+        Command::Report(args) => commands::report::exec(args, global).await,
         Command::Fleet(FleetCommand::Run(args)) => commands::fleet::run(args, global).await,
         Command::Fleet(FleetCommand::Status(args)) => commands::fleet::status(args, global),
         Command::Demo(args) => commands::demo::exec(args, global).await,

@@ -123,7 +123,16 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
     let job = SyncJob { actions: Some((actions, reviewed)), ..job };
     let report = crate::sync::run(job, &client, stop, crate::sync::Sharing::Alone).await?;
     emu.stop().await;
-    println!("{}", summary(&report, &root)?);
+    let page = crate::report::write(crate::report::ReportConfig {
+        source: query::Source::Warehouse { path: root.join("warehouse.duckdb"), org: None },
+        org: None,
+        dir: root.join("report"),
+        state: crate::report::RunState::Own(config.out.clone()),
+        stale_after: crate::report::DEFAULT_STALE_AFTER,
+        failed: None,
+    })
+    .await?;
+    println!("{}", summary(&report, &root, &page.path)?);
     // The example file holds failures on purpose (a cancelled sale, a foreign sale, …): the demo
     // succeeds when every row ended as the example expects, which the tests check.
     Ok(exit::OK)
@@ -161,15 +170,7 @@ fn table(warehouse: &std::path::Path, name: &str, sql: &str) -> Result<String, E
     Ok(query::render(&query::execute(&conn, &config)?, Format::Table)?)
 }
 
-/// The movers: the days of the last four weeks whose 7-day sums changed most on the week before.
-const MOVERS: &str =
-    "SELECT metric, date, current_7d, last_7d, delta_7d, round(pct_change_7d * 100, 1) AS pct_change_7d
-FROM wow_deltas
-WHERE date > (SELECT max(date) FROM wow_deltas) - 28 AND pct_change_7d IS NOT NULL
-ORDER BY abs(pct_change_7d) DESC, metric, date
-LIMIT 5;";
-
-fn summary(report: &SyncReport, root: &std::path::Path) -> Result<String, Error> {
+fn summary(report: &SyncReport, root: &std::path::Path, page: &std::path::Path) -> Result<String, Error> {
     let warehouse = root.join("warehouse.duckdb");
     let mut s = format!(
         "creator-etl demo: two runs; the second made {} requests, holds {} applications and {} days of content, in {}",
@@ -181,8 +182,8 @@ fn summary(report: &SyncReport, root: &std::path::Path) -> Result<String, Error>
     let rows: Vec<String> = report.load.rows.iter().map(|(t, n)| format!("  {t:<28} {n:>9}")).collect();
     s.push_str(&section("rows per table", &rows.join("\n")));
     s.push_str(&section(
-        "biggest week-over-week movers (7-day sums, last 4 weeks; pct_change_7d in %)",
-        &table(&warehouse, "movers", MOVERS)?,
+        "biggest week-over-week movers (queries/movers.sql: 7-day sums, last 4 weeks; pct_change_7d a fraction)",
+        &table(&warehouse, "movers", query::named("movers").expect("a named query"))?,
     ));
     s.push_str(&section(
         "acceptance by monthly-post-count bucket (queries/cohort_acceptance.sql)",
@@ -199,12 +200,14 @@ fn summary(report: &SyncReport, root: &std::path::Path) -> Result<String, Error>
     if let Some(actions) = &report.actions {
         s.push_str(&section("actions replayed from examples/reviewed.csv", &crate::action::summary(actions)));
     }
+    s.push_str(&section("report", &format!("  {}   # open it in a browser: every section, one file", page.display())));
     let out = root.display();
     s.push_str(&section(
         "next",
         &format!(
             "  creator-etl query wow_latest --out {out}                 # any of queries/*.sql
   creator-etl query run_health --out {out} --format json
+  creator-etl report --out {out}                            # the HTML report again
   creator-etl actions plan {out}/examples/reviewed.csv --out {out}   # rerun: all already applied
   CREATOR_ETL_WAREHOUSE={out}/warehouse.duckdb jupyter lab notebooks/
   duckdb {out}/warehouse.duckdb                              # plain SQL

@@ -10,7 +10,8 @@
 //!    only [`api`] (its models and the service's documented limits);
 //! 3. [`query`];
 //! 4. [`sync`]: one organization's sync, and the crate's [`Error`];
-//! 5. [`fleet`] and [`demo`], which call [`sync`];
+//! 5. [`fleet`] and [`demo`], which call [`sync`], and [`report`], the HTML page of what the
+//!    data holds (it reads the fleet's status files);
 //! 6. [`commands`]: one file per subcommand, arguments → config → library → print;
 //! 7. [`cli`] and `main.rs`: parse, set up logging, dispatch, map the result to an exit code.
 
@@ -28,6 +29,7 @@ pub mod load;
 pub mod out;
 pub mod progress;
 pub mod query;
+pub mod report;
 pub mod stop;
 pub mod sync;
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod extract;
 pub mod fleet;
 pub mod load;
 pub mod query;
+pub mod report;
 pub mod run;
 
 use std::io::Write;

@@ -1,6 +1,6 @@
 //! `creator-etl query`: a named query or a SQL file, against the warehouse or the lake.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
@@ -12,8 +12,9 @@ use crate::{exit, Error};
 
 #[derive(Debug, Args)]
 pub struct QueryArgs {
-    /// A named query (wow_latest, weekly_trend, cohort_acceptance, cohort_by_month, pending_queue,
-    /// status_changes, action_outcomes, run_health) or the path of a .sql file
+    /// A named query (wow_latest, movers, weekly_trend, cohort_acceptance, cohort_by_month,
+    /// applications_by_status, pending_queue, status_changes, action_outcomes, run_health) or the
+    /// path of a .sql file
     #[arg(value_name = "NAME|FILE")]
     pub query: String,
     /// Output format
@@ -38,38 +39,44 @@ pub struct QueryArgs {
 
 impl QueryArgs {
     pub fn config(&self, global: &GlobalArgs) -> Result<QueryConfig, Error> {
-        if self.lake.is_none() && self.at_versions.is_some() {
-            return Err(Error::Config(vec![
-                "`--at-versions` reads a lake at given versions; it goes with `--lake`".into()
-            ]));
-        }
-        let source = match (&self.lake, &self.org) {
-            (None, org) => {
-                if let Some(org) = org.as_deref().filter(|o| !crate::load::lake::valid_org(o)) {
-                    return Err(Error::Config(vec![format!(
-                        "`--org` `{org}` is not an organization's name (lowercase letters, digits, `-`, `_`, at most 63)"
-                    )]));
-                }
-                Source::Warehouse { path: global.out.join("warehouse.duckdb"), org: org.clone() }
-            }
-            (Some(url), org) => {
-                let mut problems = vec![];
-                match checked_lake(url, org.as_deref(), &mut problems) {
-                    Some(url) if problems.is_empty() => {
-                        let at_versions =
-                            self.at_versions.as_deref().map(crate::query::lake::versions_of_report).transpose()?;
-                        Source::Lake(LakeSource {
-                            url,
-                            org: org.clone(),
-                            cache: global.out.join("lake-cache"),
-                            at_versions,
-                        })
-                    }
-                    _ => return Err(Error::Config(problems)),
-                }
-            }
-        };
+        let source = source(self.lake.as_deref(), self.org.as_deref(), self.at_versions.as_deref(), global)?;
         Ok(QueryConfig::new(source, &self.query, &self.params, self.format)?)
+    }
+}
+
+/// What `query` and `report` read: `OUT/warehouse.duckdb`, or the lake at `lake` (at the
+/// versions of a report, with `at_versions`); `org` checked to be an organization's name.
+pub(crate) fn source(
+    lake: Option<&str>,
+    org: Option<&str>,
+    at_versions: Option<&Path>,
+    global: &GlobalArgs,
+) -> Result<Source, Error> {
+    if lake.is_none() && at_versions.is_some() {
+        return Err(Error::Config(
+            vec!["`--at-versions` reads a lake at given versions; it goes with `--lake`".into()],
+        ));
+    }
+    let org = org.map(str::to_owned);
+    match lake {
+        None => {
+            if let Some(org) = org.as_deref().filter(|o| !crate::load::lake::valid_org(o)) {
+                return Err(Error::Config(vec![format!(
+                    "`--org` `{org}` is not an organization's name (lowercase letters, digits, `-`, `_`, at most 63)"
+                )]));
+            }
+            Ok(Source::Warehouse { path: global.out.join("warehouse.duckdb"), org })
+        }
+        Some(url) => {
+            let mut problems = vec![];
+            match checked_lake(url, org.as_deref(), &mut problems) {
+                Some(url) if problems.is_empty() => {
+                    let at_versions = at_versions.map(crate::query::lake::versions_of_report).transpose()?;
+                    Ok(Source::Lake(LakeSource { url, org, cache: global.out.join("lake-cache"), at_versions }))
+                }
+                _ => Err(Error::Config(problems)),
+            }
+        }
     }
 }
 

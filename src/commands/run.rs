@@ -1,6 +1,7 @@
 //! `creator-etl run`: one organization's whole sync, the command to schedule.
 
 use clap::Args;
+use serde::Serialize;
 use std::path::PathBuf;
 
 use super::actions::ActionGuards;
@@ -8,6 +9,9 @@ use super::extract::ExtractArgs;
 use super::load::LoadOptions;
 use super::{print_json, stop_after_in_flight, validate_both, GlobalArgs};
 use crate::api::Client;
+use crate::out::OutDir;
+use crate::query::Source;
+use crate::report::{FailedRun, HealthState, ReportConfig, RunState};
 use crate::sync::SyncJob;
 use crate::Error;
 
@@ -22,6 +26,52 @@ pub struct RunArgs {
     pub actions: Option<PathBuf>,
     #[command(flatten)]
     pub guards: ActionGuards,
+    /// Do not write the HTML report (`OUT/report/index.html`) after the run
+    #[arg(long)]
+    pub no_report: bool,
+}
+
+/// What `run` prints: the sync's report, and the HTML report's page (or why it could not be
+/// written: the run's outcome and exit code stand either way).
+#[derive(Serialize)]
+struct RunOutput<'a> {
+    #[serde(flatten)]
+    sync: &'a crate::sync::SyncReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    report: Option<ReportNote>,
+}
+
+#[derive(Serialize)]
+struct ReportNote {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    health: Option<HealthState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// Writes the HTML report of `out`'s warehouse after a run (`failed`: why the run failed).
+async fn write_report(out: &OutDir, failed: Option<FailedRun>) -> ReportNote {
+    let config = ReportConfig {
+        source: Source::Warehouse { path: out.root().join("warehouse.duckdb"), org: None },
+        org: None,
+        dir: out.root().join("report"),
+        state: RunState::Own(out.clone()),
+        stale_after: crate::report::DEFAULT_STALE_AFTER,
+        failed,
+    };
+    match crate::report::write(config).await {
+        Ok(s) => {
+            tracing::info!(path = %s.path.display(), "report written");
+            ReportNote { health: s.pages.first().map(|p| p.health), path: Some(s.path), error: None }
+        }
+        Err(e) => {
+            let error = e.report();
+            tracing::warn!(%error, "the HTML report could not be written; the run's data is loaded");
+            ReportNote { path: None, health: None, error: Some(error) }
+        }
+    }
 }
 
 pub async fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
@@ -35,14 +85,30 @@ pub async fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("run")?;
     let (client, stop) = stop_after_in_flight(client);
-    let report = crate::sync::run(
+    let out = config.out.clone();
+    let result = crate::sync::run(
         SyncJob { extract: config, load: load_config, actions },
         &client,
         stop,
         crate::sync::Sharing::Alone,
     )
-    .await?;
-    print_json(&report)?;
+    .await;
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            // The page shows the failure at the top, over the data of the last load.
+            if !args.no_report && out.root().join("warehouse.duckdb").is_file() {
+                let failed = FailedRun {
+                    at: Some(chrono::Utc::now()),
+                    what: format!("`creator-etl run` failed: {}", e.report()),
+                };
+                write_report(&out, Some(failed)).await;
+            }
+            return Err(e);
+        }
+    };
+    let note = if args.no_report { None } else { Some(write_report(&out, None).await) };
+    print_json(&RunOutput { sync: &report, report: note })?;
     // As `actions apply`: the actions' summary (and a refused key) on stderr, and their code.
     Ok(report.actions.as_ref().map_or(crate::exit::OK, super::actions::actions_exit_code))
 }

@@ -19,11 +19,13 @@ use thiserror::Error;
 pub mod lake;
 
 /// The named queries, in `queries/`.
-pub const QUERIES: [(&str, &str); 8] = [
+pub const QUERIES: [(&str, &str); 10] = [
     ("wow_latest", include_str!("../../queries/wow_latest.sql")),
+    ("movers", include_str!("../../queries/movers.sql")),
     ("weekly_trend", include_str!("../../queries/weekly_trend.sql")),
     ("cohort_acceptance", include_str!("../../queries/cohort_acceptance.sql")),
     ("cohort_by_month", include_str!("../../queries/cohort_by_month.sql")),
+    ("applications_by_status", include_str!("../../queries/applications_by_status.sql")),
     ("pending_queue", include_str!("../../queries/pending_queue.sql")),
     ("status_changes", include_str!("../../queries/status_changes.sql")),
     ("action_outcomes", include_str!("../../queries/action_outcomes.sql")),
@@ -168,37 +170,80 @@ fn db(e: duckdb::Error) -> QueryError {
 /// Runs a query and returns its batches: on a read-only warehouse connection, or on views of
 /// the lake's current snapshot.
 pub async fn run(config: QueryConfig) -> Result<Vec<RecordBatch>, QueryError> {
-    let conn = match &config.source {
-        Source::Warehouse { path, org } => {
-            let conn = open_warehouse(path)?;
-            let fleet = crate::load::fleet::is_fleet(&conn).map_err(|e| QueryError::Db(e.to_string()))?;
-            match (fleet, org) {
-                (false, None) => conn,
-                (false, Some(_)) => return Err(QueryError::OneOrganization(path.display().to_string())),
-                (true, org) => {
-                    let holds = fleet_organizations(&conn)?;
-                    drop(conn);
-                    let org =
-                        pick_organization("the fleet warehouse", org.as_deref(), holds, named(&config.name).is_some())?;
-                    fleet_views(path, org.as_deref())?
-                }
-            }
+    let named = named(&config.name).is_some();
+    let reader = Reader::open(&config.source).await?;
+    let org = match (&config.source, reader.holds()) {
+        (Source::Warehouse { path, org: Some(_) }, None) => {
+            return Err(QueryError::OneOrganization(path.display().to_string()))
         }
-        Source::Lake(source) => {
-            let snapshot = lake::resolve(source).await?;
-            let named = named(&config.name).is_some();
-            let holds: Vec<String> = snapshot.organizations.iter().cloned().collect();
-            let org = pick_organization("the lake", source.org.as_deref(), holds, named)?;
-            tracing::debug!(versions = ?snapshot.versions(), "querying the lake snapshot");
-            let conn = duckdb::Connection::open_in_memory().map_err(db)?;
-            crate::load::warehouse::no_downloads(&conn).map_err(db)?;
-            conn.execute_batch(&snapshot.views_sql(org.as_deref())).map_err(db)?;
-            conn
+        (_, None) => None,
+        (Source::Warehouse { org, .. }, Some(holds)) => {
+            pick_organization("the fleet warehouse", org.as_deref(), holds.to_vec(), named)?
+        }
+        (Source::Lake(source), Some(holds)) => {
+            pick_organization("the lake", source.org.as_deref(), holds.to_vec(), named)?
         }
     };
+    let conn = reader.connect(org.as_deref())?;
     tokio::task::spawn_blocking(move || execute(&conn, &config))
         .await
         .map_err(|e| QueryError::Db(format!("the query task failed: {e}")))?
+}
+
+/// What a query or the report reads, opened once: one organization's warehouse, a fleet
+/// warehouse, or the lake's current snapshot (resolved with [`lake::resolve`]).
+pub enum Reader {
+    /// One organization's warehouse, open read-only.
+    Own(duckdb::Connection),
+    /// A fleet warehouse and the organizations it holds rows of.
+    Fleet { path: PathBuf, holds: Vec<String> },
+    /// A lake snapshot; it lists its organizations.
+    Lake { snapshot: Box<lake::Snapshot>, holds: Vec<String> },
+}
+
+impl Reader {
+    pub async fn open(source: &Source) -> Result<Reader, QueryError> {
+        match source {
+            Source::Warehouse { path, .. } => {
+                let conn = open_warehouse(path)?;
+                if !crate::load::fleet::is_fleet(&conn).map_err(|e| QueryError::Db(e.to_string()))? {
+                    return Ok(Reader::Own(conn));
+                }
+                let holds = fleet_organizations(&conn)?;
+                Ok(Reader::Fleet { path: path.clone(), holds })
+            }
+            Source::Lake(source) => {
+                let snapshot = lake::resolve(source).await?;
+                tracing::debug!(versions = ?snapshot.versions(), "reading the lake snapshot");
+                let holds = snapshot.organizations.iter().cloned().collect();
+                Ok(Reader::Lake { snapshot: Box::new(snapshot), holds })
+            }
+        }
+    }
+
+    /// The organizations a fleet warehouse or a lake holds, sorted; `None` for one
+    /// organization's warehouse.
+    pub fn holds(&self) -> Option<&[String]> {
+        match self {
+            Reader::Own(_) => None,
+            Reader::Fleet { holds, .. } | Reader::Lake { holds, .. } => Some(holds),
+        }
+    }
+
+    /// A connection with the tables and views of one organization (`org`) or, without it, of
+    /// every organization the source holds (one organization's warehouse: its own).
+    pub fn connect(&self, org: Option<&str>) -> Result<duckdb::Connection, QueryError> {
+        match self {
+            Reader::Own(conn) => conn.try_clone().map_err(db),
+            Reader::Fleet { path, .. } => fleet_views(path, org),
+            Reader::Lake { snapshot, .. } => {
+                let conn = duckdb::Connection::open_in_memory().map_err(db)?;
+                crate::load::warehouse::no_downloads(&conn).map_err(db)?;
+                conn.execute_batch(&snapshot.views_sql(org)).map_err(db)?;
+                Ok(conn)
+            }
+        }
+    }
 }
 
 /// The organization a query reads of a lake or fleet warehouse that holds `holds`: the one
@@ -387,7 +432,7 @@ mod tests {
             assert_eq!(on_disk, sql);
         }
         assert_eq!(declared_params(QUERIES[0].1), ["days"]);
-        assert!(declared_params(QUERIES[2].1).is_empty(), "`(none)` declares nothing");
+        assert!(declared_params(named("cohort_acceptance").unwrap()).is_empty(), "`(none)` declares nothing");
     }
 
     #[test]
@@ -399,6 +444,6 @@ mod tests {
         let e = QueryConfig::new(w.clone(), "wow_latest", &["days".into()], Format::Table).unwrap_err();
         assert!(matches!(e, QueryError::BadParam(_)));
         let e = QueryConfig::new(w, "nope", &[], Format::Table).unwrap_err();
-        assert!(e.to_string().contains("wow_latest, weekly_trend"), "{e}");
+        assert!(e.to_string().contains("wow_latest, movers, weekly_trend"), "{e}");
     }
 }

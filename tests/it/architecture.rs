@@ -14,7 +14,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("query", &["query"]),
     // One organization's sync, and the error that folds every stage's.
     ("sync", &["sync", "error"]),
-    ("fleet and demo", &["fleet", "demo"]),
+    ("fleet, demo and report", &["fleet", "demo", "report"]),
     ("commands", &["commands"]),
     ("cli and main", &["cli", "main", "lib"]),
 ];

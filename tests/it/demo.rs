@@ -10,7 +10,7 @@ use creator_etl::query::{declared_columns, QUERIES};
 use crate::util::*;
 
 /// One demo output shared by the tests of this file (the demo takes a few seconds).
-fn demo_out() -> &'static Path {
+pub(crate) fn demo_out() -> &'static Path {
     static OUT: OnceLock<PathBuf> = OnceLock::new();
     OUT.get_or_init(|| {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("demo-{}", std::process::id()));
@@ -241,6 +241,21 @@ fn notebooks_run_top_to_bottom_against_a_fleet_warehouse() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("the fleet warehouse holds 2 organizations (demo, other)"), "{stderr}");
+    // The report of the fleet warehouse: an overview with both organizations, failed at the top
+    // (the fleet's status files hold this run's failure), over the data their warehouses held.
+    let args = ["report", "--out", out.to_str().unwrap()];
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 0);
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for (page, org) in summary["pages"].as_array().unwrap().iter().zip(["demo", "other"]) {
+        assert_eq!(page["organization"], org);
+        assert_eq!(page["health"], "failed", "{page}");
+        assert_eq!(page["sections"]["content"], "charted", "{page}");
+    }
+    let overview = std::fs::read_to_string(out.join("report/index.html")).unwrap();
+    assert!(overview.contains("2 organizations: 2 failed"), "the overview counts them");
+    let page = std::fs::read_to_string(out.join("report/org/demo.html")).unwrap();
+    assert!(page.contains("Failed: the fleet&#39;s last run of it ended failed"), "the status file's outcome");
 }
 
 fn run_notebooks(envs: &[(&str, &str)], reading: &str) {

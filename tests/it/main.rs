@@ -14,5 +14,6 @@ mod moto;
 mod pacing;
 mod quick;
 mod readme;
+mod report;
 mod restore;
 mod util;

@@ -1,0 +1,320 @@
+//! What one organization's page shows, read with the named queries (`queries/*.sql`): their rows
+//! exactly as `creator-etl query NAME --format json` prints them, and the figures derived from
+//! those rows. Nothing here computes a number the named queries do not hold.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Datelike, NaiveDate, Utc};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::query::{self, Format, QueryConfig, QueryError, Source};
+
+/// One row of a named query, as `creator-etl query NAME --format json` prints it.
+pub type Row = Map<String, Value>;
+
+/// The named queries the page asks, with the parameters it gives each (every parameter the
+/// query declares, so no value of an earlier query's carries over on the connection).
+pub const ASKED: [(&str, &[(&str, &str)]); 10] = [
+    ("run_health", &[("runs", "20")]),
+    ("wow_latest", &[("days", "91")]),
+    ("weekly_trend", &[("weeks", "13")]),
+    ("movers", &[("days", "28"), ("top", "5")]),
+    ("applications_by_status", &[]),
+    ("status_changes", &[("days", "91")]),
+    ("pending_queue", &[]),
+    ("cohort_acceptance", &[]),
+    ("cohort_by_month", &[("months", "12")]),
+    ("action_outcomes", &[]),
+];
+
+/// How the page reads a query whose rows can be many: the named query's SQL, whole, as a
+/// subquery, counted by the outer query. The JSON block says so (`aggregate`).
+const AGGREGATED: [(&str, &str); 1] = [(
+    "status_changes",
+    "SELECT CAST(date_trunc('week', CAST(changed_at AS TIMESTAMP)) AS DATE) AS week_start, to_status, \
+     count(*) AS changes FROM (\n{sql}\n) AS q GROUP BY ALL ORDER BY week_start, to_status",
+)];
+
+/// A named query's answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct Answer {
+    pub params: BTreeMap<String, String>,
+    /// The outer query the named query's rows went through, when the page keeps a count of them
+    /// rather than the rows (`{sql}` is the named query).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aggregate: Option<&'static str>,
+    pub rows: Vec<Row>,
+}
+
+/// Every named query's answer for one organization.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Answers(pub BTreeMap<&'static str, Answer>);
+
+impl Answers {
+    /// Asks every query of [`ASKED`] on a connection to one organization's tables and views.
+    pub fn ask(conn: &duckdb::Connection, source: &Source) -> Result<Answers, QueryError> {
+        let mut answers = BTreeMap::new();
+        for (name, params) in ASKED {
+            let named = query::named(name).expect("the page asks named queries");
+            let aggregate = AGGREGATED.iter().find(|(n, _)| *n == name).map(|(_, outer)| *outer);
+            let sql = match aggregate {
+                Some(outer) => outer.replace("{sql}", named.trim().trim_end_matches(';')),
+                None => named.to_owned(),
+            };
+            let config = QueryConfig {
+                source: source.clone(),
+                name: name.to_owned(),
+                sql,
+                params: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                format: Format::Json,
+            };
+            let text = query::render(&query::execute(conn, &config)?, Format::Json)?;
+            let rows = text
+                .lines()
+                .map(|l| match serde_json::from_str(l) {
+                    Ok(Value::Object(row)) => Ok(row),
+                    _ => Err(QueryError::Db(format!("`{name}` gave a row that is not a JSON object: {l}"))),
+                })
+                .collect::<Result<Vec<Row>, _>>()?;
+            let params = params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            answers.insert(name, Answer { params, aggregate, rows });
+        }
+        Ok(Answers(answers))
+    }
+
+    pub fn rows(&self, name: &str) -> &[Row] {
+        self.0.get(name).map_or(&[], |a| &a.rows)
+    }
+
+    pub fn params(&self, name: &str) -> &str {
+        self.0.get(name).and_then(|a| a.params.values().next()).map_or("", String::as_str)
+    }
+}
+
+pub fn num(row: &Row, key: &str) -> Option<f64> {
+    row.get(key)?.as_f64()
+}
+
+pub fn int(row: &Row, key: &str) -> Option<i64> {
+    let v = row.get(key)?;
+    v.as_i64().or_else(|| v.as_f64().map(|f| f.round() as i64))
+}
+
+pub fn text<'a>(row: &'a Row, key: &str) -> Option<&'a str> {
+    row.get(key)?.as_str()
+}
+
+pub fn flag(row: &Row, key: &str) -> Option<bool> {
+    row.get(key)?.as_bool()
+}
+
+pub fn date(row: &Row, key: &str) -> Option<NaiveDate> {
+    NaiveDate::parse_from_str(text(row, key)?.get(..10)?, "%Y-%m-%d").ok()
+}
+
+pub fn time(row: &Row, key: &str) -> Option<DateTime<Utc>> {
+    let t = text(row, key)?;
+    DateTime::parse_from_rfc3339(t)
+        .or_else(|_| DateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S%.f%:z"))
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// How the organization's data stands, shown at the top of its page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthState {
+    /// A run after the last loaded one did not finish, or the last loaded run did not complete.
+    Failed,
+    /// The last sync finished longer ago than `--stale-after`.
+    Stale,
+    /// Nothing loaded yet.
+    Never,
+    Fresh,
+}
+
+impl HealthState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthState::Failed => "failed",
+            HealthState::Stale => "stale",
+            HealthState::Never => "never synced",
+            HealthState::Fresh => "fresh",
+        }
+    }
+}
+
+/// A run that did not reach the warehouse, as the output directory (or the fleet's status
+/// file, or the `run` that just failed) tells.
+#[derive(Clone, Debug, Serialize)]
+pub struct FailedRun {
+    pub at: Option<DateTime<Utc>>,
+    pub what: String,
+}
+
+/// The health of one organization: its state and the sentences that explain it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Health {
+    pub state: HealthState,
+    pub headline: String,
+    pub notes: Vec<String>,
+    pub last_synced_at: Option<DateTime<Utc>>,
+}
+
+impl Health {
+    pub fn of(
+        answers: &Answers,
+        failed: Option<&FailedRun>,
+        now: DateTime<Utc>,
+        stale_after: std::time::Duration,
+    ) -> Health {
+        let runs = answers.rows("run_health");
+        let last = runs.first();
+        let last_synced_at = last.and_then(|r| time(r, "finished_at"));
+        let mut notes = vec![];
+        if let Some(r) = last {
+            if let Some(w) = int(r, "warnings").filter(|w| *w > 0) {
+                notes.push(format!("The last loaded run reported {w} warning{}.", plural(w)));
+            }
+            if flag(r, "counts_agree") == Some(false) {
+                notes.push(
+                    "The last loaded run's counts did not all agree with the service's totals; a full sync reconciles them."
+                        .into(),
+                );
+            }
+            if let Some(n) = int(r, "rate_limited").filter(|n| *n > 0) {
+                notes.push(format!("The last loaded run was answered 429 (rate limited) {n} time{}.", plural(n)));
+            }
+        }
+        let completed = last.and_then(|r| text(r, "status")).is_none_or(|s| s == "completed" || s == "loaded");
+        let (state, headline) = match (failed, last_synced_at) {
+            (Some(f), _) => (
+                HealthState::Failed,
+                format!(
+                    "Failed: {}{}. {}",
+                    f.what,
+                    f.at.map(|t| format!(" ({})", stamp(t))).unwrap_or_default(),
+                    match last_synced_at {
+                        Some(t) => format!("The data below is from the sync that finished {}.", stamp(t)),
+                        None => "Nothing has been loaded yet.".into(),
+                    }
+                ),
+            ),
+            (None, _) if !completed => (
+                HealthState::Failed,
+                format!(
+                    "Failed: the last loaded run ended `{}`.",
+                    last.and_then(|r| text(r, "status")).unwrap_or_default()
+                ),
+            ),
+            (None, None) => (
+                HealthState::Never,
+                "Never synced: no run has been loaded yet, so there is nothing to show. Run `creator-etl run`.".into(),
+            ),
+            (None, Some(t)) => {
+                let age = (now - t).to_std().unwrap_or_default();
+                let mode = last.and_then(|r| text(r, "sync_mode")).unwrap_or("full");
+                if age > stale_after {
+                    (
+                        HealthState::Stale,
+                        format!(
+                            "Stale: the last sync finished {} ({} ago), longer ago than {}.",
+                            stamp(t),
+                            ago(age),
+                            humantime::format_duration(stale_after)
+                        ),
+                    )
+                } else {
+                    (HealthState::Fresh, format!("Fresh: last synced {} ({} ago), a {mode} sync.", stamp(t), ago(age)))
+                }
+            }
+        };
+        Health { state, headline, notes, last_synced_at }
+    }
+}
+
+fn plural(n: i64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// A time as the page shows it: `2026-11-25 16:15 UTC`.
+pub fn stamp(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+/// A duration as the page shows it: `3 h 12 min`, `2 days 4 h`.
+pub fn ago(d: std::time::Duration) -> String {
+    let m = d.as_secs() / 60;
+    match m {
+        0 => "less than a minute".into(),
+        1..=59 => format!("{m} min"),
+        60..=2879 => format!("{} h {} min", m / 60, m % 60),
+        _ => format!("{} days {} h", m / 1440, (m % 1440) / 60),
+    }
+}
+
+/// An ISO week as the page labels it: `2026-W47 (Nov 16 – Nov 22)`.
+pub fn iso_week(start: NaiveDate) -> String {
+    let end = start + chrono::Duration::days(6);
+    let w = start.iso_week();
+    format!("{}-W{:02} ({} – {})", w.year(), w.week(), start.format("%b %-d"), end.format("%b %-d"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answers(runs: Vec<Value>) -> Answers {
+        let rows = runs.into_iter().map(|v| v.as_object().unwrap().clone()).collect();
+        let mut a = Answers::default();
+        a.0.insert("run_health", Answer { params: BTreeMap::new(), aggregate: None, rows });
+        a
+    }
+
+    #[test]
+    fn health_is_fresh_stale_failed_or_never() {
+        let now: DateTime<Utc> = "2026-11-25T12:00:00Z".parse().unwrap();
+        let day = std::time::Duration::from_secs(26 * 3600);
+        let run = |at: &str, status: &str| {
+            serde_json::json!({"run_id": "r1", "finished_at": at, "status": status, "sync_mode": "quick",
+                               "warnings": 2, "counts_agree": false, "rate_limited": 0})
+        };
+        let h = Health::of(&answers(vec![run("2026-11-25T09:59:59.5+00:00", "completed")]), None, now, day);
+        assert_eq!(h.state, HealthState::Fresh);
+        assert!(h.headline.contains("2 h 0 min ago") && h.headline.contains("quick sync"), "{}", h.headline);
+        assert_eq!(h.notes.len(), 2, "warnings and disagreeing counts: {:?}", h.notes);
+        let h = Health::of(&answers(vec![run("2026-11-23T10:00:00+00:00", "completed")]), None, now, day);
+        assert_eq!(h.state, HealthState::Stale);
+        assert!(
+            h.headline.contains("2 days 2 h ago") && h.headline.contains("longer ago than 1day 2h"),
+            "{}",
+            h.headline
+        );
+        let failed = FailedRun { at: Some(now), what: "run x did not finish".into() };
+        let h = Health::of(&answers(vec![run("2026-11-25T10:00:00+00:00", "completed")]), Some(&failed), now, day);
+        assert_eq!(h.state, HealthState::Failed);
+        assert!(
+            h.headline.starts_with("Failed: run x did not finish (2026-11-25 12:00 UTC). The data below"),
+            "{}",
+            h.headline
+        );
+        let h = Health::of(&answers(vec![run("2026-11-25T10:00:00+00:00", "failed")]), None, now, day);
+        assert_eq!(h.state, HealthState::Failed);
+        let h = Health::of(&answers(vec![]), None, now, day);
+        assert_eq!(h.state, HealthState::Never);
+        assert_eq!(h.last_synced_at, None);
+    }
+
+    #[test]
+    fn iso_weeks_and_durations_read_as_labelled() {
+        assert_eq!(iso_week(NaiveDate::from_ymd_opt(2026, 11, 16).unwrap()), "2026-W47 (Nov 16 – Nov 22)");
+        assert_eq!(iso_week(NaiveDate::from_ymd_opt(2024, 12, 30).unwrap()), "2025-W01 (Dec 30 – Jan 5)");
+        assert_eq!(ago(std::time::Duration::from_secs(59)), "less than a minute");
+        assert_eq!(ago(std::time::Duration::from_secs(3 * 3600 + 720)), "3 h 12 min");
+    }
+}

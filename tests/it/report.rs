@@ -1,0 +1,431 @@
+//! `creator-etl report`, looked at as a person does: rendered by headless Chromium (Debian's
+//! `chromium`, which `.ci/run` installs), screenshot taken; its numbers checked against the named
+//! queries; the empty and thin cases; the overview of several organizations; and the page that
+//! `run` leaves after a load and after a failure.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use creator_etl::emulator::{org_key, EmulatorConfig, OrgPolicy};
+
+use creator_etl::report::SECTIONS;
+use serde_json::Value;
+
+use crate::demo::{demo_out, notebook_python, two_org_lake};
+use crate::util::*;
+
+/// The charts' series colours (`report::charts::PALETTE`): axes and grid are greys, so an element
+/// in one of these is a drawn mark.
+const PALETTE: [&str; 6] = ["#2563EB", "#EA580C", "#16A34A", "#DC2626", "#7C3AED", "#0E7490"];
+
+/// What the browser made of a page.
+struct Rendered {
+    /// The DOM after the page's scripts ran.
+    dom: String,
+    /// What the page wrote to the console (errors included), one line each.
+    console: Vec<String>,
+    png: PathBuf,
+}
+
+fn chromium() -> &'static str {
+    for name in ["chromium", "chromium-browser"] {
+        if Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success()) {
+            return name;
+        }
+    }
+    panic!("headless Chromium is needed for the report tests: `apt-get install chromium` (.ci/run installs it)")
+}
+
+/// Opens `page` from its file URL in headless Chromium, offline: a screenshot of `height` pixels
+/// and the DOM after scripts ran, and the console's lines of both loads.
+fn render(page: &Path, height: u32) -> Rendered {
+    let scratch = tempfile::tempdir().unwrap();
+    let png = scratch.path().join("shot.png");
+    let url = format!("file://{}", page.display());
+    let run = |extra: &[String]| {
+        let o = Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--no-first-run",
+                "--enable-logging=stderr",
+                "--v=0",
+                &format!("--user-data-dir={}", scratch.path().join("profile").display()),
+                &format!("--window-size=1200,{height}"),
+                // Offline: any request to the network would fail and show in the console.
+                "--proxy-server=127.0.0.1:9",
+            ])
+            .args(extra)
+            .arg(&url)
+            .env("HOME", scratch.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "chromium: {}", String::from_utf8_lossy(&o.stderr));
+        o
+    };
+    let shot = run(&[format!("--screenshot={}", png.display())]);
+    let dump = run(&["--dump-dom".to_owned()]);
+    let console = [&shot, &dump]
+        .iter()
+        .flat_map(|o| String::from_utf8_lossy(&o.stderr).lines().map(str::to_owned).collect::<Vec<_>>())
+        .filter(|l| l.contains(":CONSOLE"))
+        .collect();
+    let keep = std::env::temp_dir().join(format!("report-{}-{}.png", std::process::id(), fastrand::u64(..)));
+    std::fs::copy(&png, &keep).unwrap();
+    Rendered { dom: String::from_utf8_lossy(&dump.stdout).into_owned(), console, png: keep }
+}
+
+/// The pixels of a screenshot: how many are neither the page's background nor white, and how
+/// many have each palette colour (read with Pillow, from the notebooks' virtualenv).
+fn pixels(png: &Path) -> (u64, BTreeMap<String, u64>) {
+    let script = r##"
+import json, sys
+from PIL import Image
+im = Image.open(sys.argv[1]).convert("RGB")
+colors = im.getcolors(maxcolors=1 << 24)
+palette = [c.lstrip("#") for c in sys.argv[2:]]
+counts = {c: 0 for c in palette}
+inked = 0
+for n, rgb in colors:
+    h = "%02X%02X%02X" % rgb
+    if rgb not in [(255, 255, 255), (248, 250, 252)]:
+        inked += n
+    if h in counts:
+        counts[h] += n
+print(json.dumps({"inked": inked, "palette": counts}))
+"##;
+    let o = Command::new(notebook_python()).arg("-c").arg(script).arg(png).args(PALETTE).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let palette = v["palette"].as_object().unwrap().iter().map(|(k, n)| (k.clone(), n.as_u64().unwrap())).collect();
+    (v["inked"].as_u64().unwrap(), palette)
+}
+
+/// Each chart of a page (`data-chart` → its HTML).
+fn charts(html: &str) -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    for part in html.split("<figure class=\"chart\" data-chart=\"").skip(1) {
+        let (key, rest) = part.split_once('"').unwrap();
+        let end = rest.find("</figure>").expect("a chart's figure closes");
+        found.insert(key.to_owned(), rest[..end].to_owned());
+    }
+    found
+}
+
+/// The marks of a chart: SVG elements in a palette colour.
+fn marks(chart: &str) -> usize {
+    PALETTE.iter().map(|c| chart.matches(&format!("=\"{c}\"")).count()).sum()
+}
+
+/// The JSON block of a page.
+fn data_of(html: &str) -> Value {
+    let start = "<script type=\"application/json\" id=\"report-data\">";
+    let from = html.find(start).expect("the page holds its numbers") + start.len();
+    let to = from + html[from..].find("</script>").unwrap();
+    serde_json::from_str(&html[from..to]).unwrap()
+}
+
+/// The `data-figure` values shown on a page.
+fn shown_figures(html: &str) -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    for part in html.split("data-figure=\"").skip(1) {
+        let (key, rest) = part.split_once('"').unwrap();
+        let value = rest.split_once("data-value=\"").unwrap().1.split_once('"').unwrap().0;
+        found.insert(key.to_owned(), value.replace("&quot;", "\"").replace("&#39;", "'").replace("&amp;", "&"));
+    }
+    found
+}
+
+/// The page loads nothing: no element refers to a file or the network but the report's own pages.
+fn assert_self_contained(html: &str) {
+    for banned in ["<link", " src=", "@import", "url(", "<iframe", "<img"] {
+        assert!(!html.contains(banned), "the page refers to another resource ({banned})");
+    }
+    for part in html.split("href=\"").skip(1) {
+        let target = part.split_once('"').unwrap().0;
+        assert!(
+            target.starts_with('#') || target.starts_with("org/") || target == "../index.html",
+            "a link out of the report: {target}"
+        );
+    }
+}
+
+fn rows_of(o: &std::process::Output) -> Vec<Value> {
+    String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Every query of a page's JSON block answers the same through `creator-etl query` (with the
+/// page's parameters, and `extra`: `--lake`, `--org`).
+fn assert_numbers_match_queries(dir: &Path, out: &Path, page: &Value, extra: &[&str]) {
+    let queries = page["queries"].as_object().unwrap();
+    assert_eq!(queries.len(), creator_etl::report::ASKED.len());
+    for (name, answer) in queries {
+        let mut args = vec!["query".to_owned(), name.clone(), "--format".into(), "json".into()];
+        args.extend(["--out".to_owned(), out.to_str().unwrap().to_owned()]);
+        for (k, v) in answer["params"].as_object().unwrap() {
+            args.extend(["--param".to_owned(), format!("{k}={}", v.as_str().unwrap())]);
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = run_bin(dir, &argv, &[]);
+        assert_exit(&argv, &o, 0);
+        let mut want = rows_of(&o);
+        if answer.get("aggregate").is_some() {
+            assert_eq!(name, "status_changes");
+            // The page counts the changes per ISO week (starting Monday, UTC) and new status.
+            let mut weeks: BTreeMap<(String, String), i64> = BTreeMap::new();
+            for r in &want {
+                let at = chrono::DateTime::parse_from_rfc3339(r["changed_at"].as_str().unwrap()).unwrap();
+                let day = at.with_timezone(&chrono::Utc).date_naive();
+                let monday =
+                    day - chrono::Duration::days(chrono::Datelike::weekday(&day).num_days_from_monday().into());
+                *weeks.entry((monday.to_string(), r["to_status"].as_str().unwrap().to_owned())).or_default() += 1;
+            }
+            want = weeks
+                .into_iter()
+                .map(|((w, s), n)| serde_json::json!({"week_start": w, "to_status": s, "changes": n}))
+                .collect();
+        }
+        assert_eq!(answer["rows"].as_array().unwrap(), &want, "{name}: the page's rows are the query's");
+    }
+}
+
+/// The report of the demo's warehouse, in a real browser: no console error, every section,
+/// every chart with drawn marks, a screenshot with ink and the charts' colours; its numbers are
+/// the named queries' answers, and the figures shown are those numbers.
+#[test]
+fn the_demo_report_renders_in_headless_chromium_with_the_queries_numbers() {
+    let out = demo_out();
+    let dir = out.parent().unwrap();
+    // The demo wrote it; the command writes it again, from the same warehouse.
+    let o = Bin::new(dir).args(["report"]).out(out).expect(0);
+    let summary: Value = report(&o);
+    let index = out.join("report/index.html");
+    assert_eq!(summary["path"].as_str().unwrap(), index.to_str().unwrap());
+    assert_eq!(summary["pages"][0]["health"], "fresh");
+    for (id, _) in SECTIONS {
+        assert_eq!(summary["pages"][0]["sections"][id], "charted", "{id} has a chart on the demo's data");
+    }
+    let html = std::fs::read_to_string(&index).unwrap();
+    assert_self_contained(&html);
+
+    let page = render(&index, 6000);
+    assert!(page.console.is_empty(), "console output: {:#?}", page.console);
+    for (id, title) in SECTIONS {
+        assert!(page.dom.contains(&format!("data-section=\"{id}\"")), "section {id}");
+        assert!(page.dom.contains(title), "{title}");
+    }
+    let drawn = charts(&page.dom);
+    let want = [
+        "runs_requests",
+        "views_daily",
+        "likes_daily",
+        "applications_by_status",
+        "status_changes_weekly",
+        "pending_age",
+        "acceptance_by_cohort",
+        "acceptance_by_month",
+        "action_outcomes",
+    ];
+    assert_eq!(drawn.keys().map(String::as_str).collect::<Vec<_>>().len(), want.len(), "{:?}", drawn.keys());
+    for key in want {
+        let chart = drawn.get(key).unwrap_or_else(|| panic!("chart {key}"));
+        assert!(chart.contains("<svg"), "{key}: an inline SVG");
+        assert!(marks(chart) > 0, "{key}: drawn marks");
+    }
+    let (inked, palette) = pixels(&page.png);
+    assert!(inked > 200_000, "the screenshot is not blank: {inked} inked pixels");
+    for c in ["2563EB", "16A34A", "EA580C"] {
+        assert!(palette[c] > 500, "the browser drew the charts' marks in #{c}: {palette:?}");
+    }
+
+    let data = data_of(&html);
+    assert_numbers_match_queries(dir, out, &data, &[]);
+    // The figures on the page are those of the block, and read from the queries' rows.
+    let shown = shown_figures(&html);
+    let figures = data["figures"].as_object().unwrap();
+    assert_eq!(shown.len(), figures.len());
+    for (k, v) in figures {
+        let as_text = match v {
+            Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        assert_eq!(shown[k], as_text, "figure {k}");
+    }
+    let q = &data["queries"];
+    let total: i64 = q["applications_by_status"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["applications"].as_i64().unwrap())
+        .sum();
+    assert_eq!(figures["applications_total"], total);
+    assert_eq!(total, 800);
+    assert_eq!(figures["last_run_requests"], q["run_health"]["rows"][0]["requests"]);
+    let full_weeks: Vec<&Value> =
+        q["weekly_trend"]["rows"].as_array().unwrap().iter().filter(|r| r["complete"] == true).collect();
+    assert_eq!(figures["views_last_full_week"], full_weeks.last().unwrap()["views"]);
+    assert_eq!(figures["status_changes"], 24, "the demo decided 24 applications between its runs");
+    assert_eq!(figures["actions_last_applied"], 5);
+}
+
+/// An organization with no applications and no content statistics, after its first run: the
+/// page shows freshness and health, and a sentence for everything it cannot draw; no chart
+/// without marks. A thin one (three days, one run) draws its few points and says what is missing.
+#[test]
+fn empty_and_thin_organizations_get_sentences_not_broken_charts() {
+    let mut cfg = EmulatorConfig::for_tests(30);
+    cfg.data.organizations = 1;
+    cfg.data.org_applications = 0;
+    cfg.org_policies.insert(1, OrgPolicy { no_content: true, ..OrgPolicy::default() });
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+
+    let empty = dir.path().join("empty");
+    let o = Bin::new(dir.path()).args(["run", "--since-days", "30"]).emu(&emu).out(&empty).key(&org_key(1)).expect(0);
+    let run: Value = report(&o);
+    let index = empty.join("report/index.html");
+    assert_eq!(run["report"]["path"].as_str().unwrap(), index.to_str().unwrap(), "run writes the report");
+    assert_eq!(run["report"]["health"], "fresh");
+    let html = std::fs::read_to_string(&index).unwrap();
+    for sentence in [
+        "No full ISO week",
+        "No daily views loaded yet",
+        "No daily likes loaded yet",
+        "No applications loaded yet.",
+        "No status change recorded yet",
+        "No application is pending",
+        "No application has been accepted or rejected yet",
+        "No month has an accepted or rejected application yet.",
+        "No reviewed corrections have been applied",
+    ] {
+        assert!(html.contains(sentence), "the empty page says: {sentence}");
+    }
+    assert_eq!(charts(&html).keys().collect::<Vec<_>>(), ["runs_requests"], "only the runs have something to draw");
+    let page = render(&index, 3000);
+    assert!(page.console.is_empty(), "{:#?}", page.console);
+    for (key, chart) in charts(&page.dom) {
+        assert!(marks(&chart) > 0, "{key}");
+    }
+    assert_numbers_match_queries(dir.path(), &empty, &data_of(&html), &[]);
+
+    // Thin: three days of content, one run, no decisions, no corrections.
+    let thin = dir.path().join("thin");
+    Bin::new(dir.path()).args(["run", "--since-days", "3"]).emu(&emu).out(&thin).key(FULL_KEY).expect(0);
+    let html = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
+    let drawn = charts(&html);
+    for key in ["views_daily", "likes_daily", "applications_by_status", "acceptance_by_cohort"] {
+        assert!(marks(&drawn[key]) > 0, "thin data still draws {key}");
+    }
+    assert!(!drawn.contains_key("status_changes_weekly") && !drawn.contains_key("action_outcomes"));
+    assert!(html.contains("No full ISO week") && html.contains("No status change recorded yet"));
+    assert!(html.contains("No reviewed corrections have been applied"));
+    let page = render(&thin.join("report/index.html"), 4000);
+    assert!(page.console.is_empty(), "{:#?}", page.console);
+
+    // A run that fails leaves the page of the last load, marked failed at the top.
+    let args = ["run", "--base-url", "http://127.0.0.1:9", "--max-attempts", "1", "--out", thin.to_str().unwrap()];
+    let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
+    assert_ne!(o.status.code(), Some(0), "{}", show(&args, &o));
+    let html = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
+    assert!(html.contains("data-health=\"failed\""), "the failure shows at the top");
+    assert!(html.contains("Failed: `creator-etl run` failed"), "and says what failed");
+    assert!(html.contains("The data below is from the sync that finished"));
+    assert!(!html.contains(FULL_KEY), "never the key");
+    // `report` on its own later finds that run in the output directory, unfinished: still failed.
+    let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(0);
+    let summary: Value = report(&o);
+    assert_eq!(summary["pages"][0]["health"], "failed");
+    let html = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
+    assert!(html.contains("did not finish its extract"), "the unfinished run shows");
+    // Once a run completes, the page is fresh again; older than `--stale-after`, stale.
+    Bin::new(dir.path()).args(["run", "--since-days", "3"]).emu(&emu).out(&thin).key(FULL_KEY).expect(0);
+    let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(0);
+    assert_eq!(report::<Value>(&o)["pages"][0]["health"], "fresh");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let o = Bin::new(dir.path()).args(["report", "--stale-after", "1s"]).out(&thin).expect(0);
+    assert_eq!(report::<Value>(&o)["pages"][0]["health"], "stale", "older than --stale-after");
+    // `--no-report` writes none.
+    let none = dir.path().join("none");
+    Bin::new(dir.path()).args(["run", "--since-days", "3", "--no-report"]).emu(&emu).out(&none).key(FULL_KEY).expect(0);
+    assert!(!none.join("report").exists());
+    // Bad flags and a missing warehouse exit 2.
+    let o = Bin::new(dir.path()).args(["report", "--stale-after", "soon"]).out(&thin).expect(2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("`--stale-after` `soon` is not a duration"));
+    let o = Bin::new(dir.path()).args(["report"]).out(&dir.path().join("nothing")).expect(2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no warehouse at"));
+    let o = Bin::new(dir.path()).args(["report", "--org", "acme"]).out(&thin).expect(2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("one organization's warehouse"));
+}
+
+/// A lake of two organizations: an overview whose table lists both and sorts in the browser, a
+/// page each with the lake's numbers (as `query --lake --org` answers), and `--org` for one.
+#[test]
+fn a_lake_of_two_organizations_gets_an_overview_and_a_page_each() {
+    let lake = two_org_lake();
+    let scratch = tempfile::tempdir().unwrap();
+    let out = scratch.path().join("data");
+    let o = Bin::new(scratch.path()).args(["report", "--lake", &lake.url]).out(&out).expect(0);
+    let summary: Value = report(&o);
+    let pages = summary["pages"].as_array().unwrap();
+    assert_eq!(pages.iter().map(|p| p["organization"].as_str().unwrap()).collect::<Vec<_>>(), ["demo", "other"]);
+    let index = out.join("report/index.html");
+    let html = std::fs::read_to_string(&index).unwrap();
+    assert_self_contained(&html);
+    let data = data_of(&html);
+    let orgs = data["organizations"].as_array().unwrap();
+    assert_eq!(orgs.len(), 2);
+    for (org, own) in [("demo", &lake.demo), ("other", &lake.other)] {
+        assert!(html.contains(&format!("<a href=\"org/{org}.html\">{org}</a>")), "the overview links {org}'s page");
+        let page_html = std::fs::read_to_string(out.join(format!("report/org/{org}.html"))).unwrap();
+        assert_self_contained(&page_html);
+        assert!(page_html.contains("<a href=\"../index.html\">All organizations</a>"));
+        let page = data_of(&page_html);
+        assert_eq!(page["organization"], org);
+        assert_numbers_match_queries(scratch.path(), &out, &page, &["--lake", &lake.url, "--org", org]);
+        // And the same numbers as the organization's own warehouse gives.
+        let own_page = Bin::new(scratch.path()).args(["report"]).out(own).expect(0);
+        let own_summary: Value = report(&own_page);
+        let own_html = std::fs::read_to_string(own_summary["path"].as_str().unwrap()).unwrap();
+        assert_eq!(data_of(&own_html)["queries"], page["queries"], "{org}: lake and warehouse agree");
+        let line = orgs.iter().find(|o| o["organization"] == org).unwrap();
+        assert_eq!(line["figures"], page["figures"], "the overview's numbers are the page's");
+    }
+    let page = render(&index, 1500);
+    assert!(page.console.is_empty(), "{:#?}", page.console);
+    assert!(page.dom.contains("2 organizations:"));
+    // Sorting in the browser: the applications column, clicked once (ascending), puts `other`
+    // (300) before `demo` (800).
+    let order = |dom: &str| -> Vec<String> {
+        let body = dom.split("<tbody>").nth(1).unwrap();
+        body.split("<a href=\"org/").skip(1).map(|p| p.split_once(".html").unwrap().0.to_owned()).collect()
+    };
+    assert_eq!(order(&page.dom), ["demo", "other"], "by health, then name");
+    let clicked = out.join("report/clicked.html");
+    let col = ["organization", "health", "last sync (UTC)", "mode", "requests", "429s", "applications"].len() - 1;
+    std::fs::write(
+        &clicked,
+        html.replace(
+            "</main></body>",
+            &format!("<script>document.querySelectorAll('table.sortable th')[{col}].click();</script></main></body>"),
+        ),
+    )
+    .unwrap();
+    let sorted = render(&clicked, 1500);
+    assert!(sorted.console.is_empty(), "{:#?}", sorted.console);
+    assert_eq!(order(&sorted.dom), ["other", "demo"]);
+    assert!(sorted.dom.contains("data-dir=\"asc\""));
+    std::fs::remove_file(&clicked).unwrap();
+
+    // `--org` writes that organization's page as the index; the other pages go.
+    let o = Bin::new(scratch.path()).args(["report", "--lake", &lake.url, "--org", "other"]).out(&out).expect(0);
+    let summary: Value = report(&o);
+    assert_eq!(summary["pages"].as_array().unwrap().len(), 1);
+    assert_eq!(data_of(&std::fs::read_to_string(&index).unwrap())["organization"], "other");
+    assert!(!out.join("report/org/demo.html").exists());
+    let o = Bin::new(scratch.path()).args(["report", "--lake", &lake.url, "--org", "nobody"]).out(&out).expect(2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("holds no rows of it"), "{}", show(&[], &o));
+}
