@@ -37,7 +37,18 @@ LAKE_TABLES = [
     "action_results",
     "runs",
 ]
-SOURCE = (f"lake {LAKE}" if LAKE else f"warehouse {WAREHOUSE}") + (f", organization {ORG}" if ORG else "")
+
+
+def _shown(path: str) -> str:
+    """A path as the notebooks print it: relative to the repository when inside it, so the
+    committed outputs name `data/warehouse.duckdb` rather than a machine's directory."""
+    try:
+        return str(pathlib.Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return path
+
+
+SOURCE = (f"lake {LAKE}" if LAKE else f"warehouse {_shown(WAREHOUSE)}") + (f", organization {ORG}" if ORG else "")
 
 
 def connect() -> duckdb.DuckDBPyConnection:
