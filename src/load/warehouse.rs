@@ -456,12 +456,38 @@ pub fn has_table(conn: &Connection, name: &str) -> Result<bool, LoadError> {
 /// What a view over `source`, a table of many organizations (a fleet warehouse's, the lake's),
 /// selects: with `org`, that organization's rows without the `hidden` columns (one
 /// organization's columns); without, every row.
-pub fn organization_select(source: &str, org: Option<&str>, hidden: &[&str]) -> String {
-    match org {
-        Some(org) => {
+pub fn organization_select(source: &str, rows: Rows<'_>, hidden: &[&str]) -> String {
+    match rows {
+        Rows::Of(org) => {
             format!("SELECT * EXCLUDE ({}) FROM {source} WHERE organization = {}", hidden.join(", "), sql_literal(org))
         }
-        None => format!("SELECT * FROM {source}"),
+        Rows::Switched => format!(
+            "SELECT * EXCLUDE ({}) FROM {source} WHERE organization = getvariable('{ORG_VARIABLE}')",
+            hidden.join(", ")
+        ),
+        Rows::Every => format!("SELECT * FROM {source}"),
+    }
+}
+
+/// The connection variable that names the organization a [`Rows::Switched`] view shows.
+pub const ORG_VARIABLE: &str = "creator_etl_org";
+
+/// Which rows of a table of many organizations a view shows.
+#[derive(Clone, Copy, Debug)]
+pub enum Rows<'a> {
+    /// Every organization's, with `organization`.
+    Every,
+    /// One organization's, with one organization's columns.
+    Of(&'a str),
+    /// The organization the connection's variable [`ORG_VARIABLE`] names, with one
+    /// organization's columns: one connection reads organization after organization.
+    Switched,
+}
+
+impl<'a> Rows<'a> {
+    /// One organization's rows, or every organization's.
+    pub fn of(org: Option<&'a str>) -> Self {
+        org.map_or(Rows::Every, Rows::Of)
     }
 }
 

@@ -92,6 +92,8 @@ pub struct TableFiles {
     pub schema_file: Option<PathBuf>,
 }
 
+use crate::load::warehouse::Rows;
+
 /// The lake's current snapshot, resolved to local files.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
@@ -108,7 +110,7 @@ impl Snapshot {
 
     /// The SQL that makes one view per table: of one organization's rows, with the warehouse's
     /// columns and views, or of every organization's.
-    pub fn views_sql(&self, org: Option<&str>) -> String {
+    pub fn views_sql(&self, rows: Rows<'_>) -> String {
         let mut sql = String::new();
         for t in &self.tables {
             let source = match &t.empty {
@@ -125,11 +127,11 @@ impl Snapshot {
                 }
             };
             let hidden: Vec<&str> = t.partitions.iter().map(|(c, _)| c.as_str()).collect();
-            let select = crate::load::warehouse::organization_select(&source, org, &hidden);
+            let select = crate::load::warehouse::organization_select(&source, rows, &hidden);
             sql.push_str(&format!("CREATE VIEW {} AS {select};\n", t.table));
         }
         // The warehouse's own views over those tables, per organization.
-        if org.is_some() {
+        if !matches!(rows, Rows::Every) {
             sql.push_str(crate::load::warehouse::VIEWS);
         }
         sql
@@ -397,7 +399,7 @@ mod tests {
                 schema_file: None,
             }],
         };
-        let sql = snapshot.views_sql(Some("acme"));
+        let sql = snapshot.views_sql(Rows::Of("acme"));
         assert!(sql.contains("CREATE OR REPLACE VIEW cohort_acceptance"), "the warehouse's views too");
         let (tables, _) = sql.split_once("-- The warehouse's views").unwrap();
         assert_eq!(

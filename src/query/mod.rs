@@ -16,6 +16,8 @@ use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::arrow::util::display::{ArrayFormatter, FormatOptions};
 use thiserror::Error;
 
+use crate::load::warehouse::Rows;
+
 pub mod lake;
 
 /// The named queries, in `queries/`.
@@ -233,16 +235,52 @@ impl Reader {
     /// A connection with the tables and views of one organization (`org`) or, without it, of
     /// every organization the source holds (one organization's warehouse: its own).
     pub fn connect(&self, org: Option<&str>) -> Result<duckdb::Connection, QueryError> {
+        self.views(Rows::of(org))
+    }
+
+    /// One connection that reads the organizations one after the other ([`Switchable::select`]):
+    /// its views filter on a connection variable, so switching costs one statement.
+    pub fn switchable(&self) -> Result<Switchable, QueryError> {
+        let switches = !matches!(self, Reader::Own(_));
+        Ok(Switchable { conn: self.views(Rows::Switched)?, switches })
+    }
+
+    fn views(&self, rows: Rows<'_>) -> Result<duckdb::Connection, QueryError> {
         match self {
             Reader::Own(conn) => conn.try_clone().map_err(db),
-            Reader::Fleet { path, .. } => fleet_views(path, org),
+            Reader::Fleet { path, .. } => fleet_views(path, rows),
             Reader::Lake { snapshot, .. } => {
                 let conn = duckdb::Connection::open_in_memory().map_err(db)?;
                 crate::load::warehouse::no_downloads(&conn).map_err(db)?;
-                conn.execute_batch(&snapshot.views_sql(org)).map_err(db)?;
+                conn.execute_batch(&snapshot.views_sql(rows)).map_err(db)?;
                 Ok(conn)
             }
         }
+    }
+}
+
+/// A connection over a source that shows one organization at a time (see [`Reader::switchable`]).
+pub struct Switchable {
+    conn: duckdb::Connection,
+    /// False for one organization's warehouse: it has one organization to show.
+    switches: bool,
+}
+
+impl Switchable {
+    /// The connection, showing organization `org` (of a fleet warehouse or a lake; `None` for
+    /// one organization's warehouse).
+    pub fn select(&self, org: Option<&str>) -> Result<&duckdb::Connection, QueryError> {
+        if self.switches {
+            let org = org
+                .ok_or_else(|| QueryError::Db("a fleet warehouse or lake is read one organization at a time".into()))?;
+            let sql = format!(
+                "SET VARIABLE {} = {};",
+                crate::load::warehouse::ORG_VARIABLE,
+                crate::load::warehouse::sql_literal(org)
+            );
+            self.conn.execute_batch(&sql).map_err(db)?;
+        }
+        Ok(&self.conn)
     }
 }
 
@@ -278,16 +316,16 @@ fn fleet_organizations(conn: &duckdb::Connection) -> Result<Vec<String>, QueryEr
 /// An in-memory connection with the fleet warehouse at `path` attached read-only, and a view
 /// per table: of organization `org`'s rows with one organization's columns and views, or of
 /// every organization's.
-fn fleet_views(path: &Path, org: Option<&str>) -> Result<duckdb::Connection, QueryError> {
+fn fleet_views(path: &Path, rows: Rows<'_>) -> Result<duckdb::Connection, QueryError> {
     use crate::load::warehouse::sql_literal;
     let conn = duckdb::Connection::open_in_memory().map_err(db)?;
     crate::load::warehouse::no_downloads(&conn).map_err(db)?;
     let mut sql = format!("ATTACH {} AS fleet (READ_ONLY);\n", sql_literal(&path.display().to_string()));
     for t in crate::load::fleet::tables() {
-        let select = crate::load::warehouse::organization_select(&format!("fleet.{t}"), org, &["organization"]);
+        let select = crate::load::warehouse::organization_select(&format!("fleet.{t}"), rows, &["organization"]);
         sql.push_str(&format!("CREATE VIEW {t} AS {select};\n"));
     }
-    if org.is_some() {
+    if !matches!(rows, Rows::Every) {
         sql.push_str(crate::load::warehouse::VIEWS);
     }
     conn.execute_batch(&sql).map_err(db)?;

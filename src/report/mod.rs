@@ -26,7 +26,7 @@ pub use data::{FailedRun, Health, HealthState, ASKED};
 pub use page::SECTIONS;
 
 use crate::out::OutDir;
-use crate::query::{QueryError, Reader, Source};
+use crate::query::{QueryError, Reader, Source, Switchable};
 use crate::Error;
 
 /// A sync older than this is shown as stale: a daily schedule, with two hours' slack.
@@ -139,9 +139,8 @@ struct Gathered {
     health: Health,
 }
 
-fn gather(reader: &Reader, config: &ReportConfig, org: Option<&str>, now: DateTime<Utc>) -> Result<Gathered, Error> {
-    let conn = reader.connect(org)?;
-    let answers = data::Answers::ask(&conn, &config.source)?;
+fn gather(conn: &Switchable, config: &ReportConfig, org: Option<&str>, now: DateTime<Utc>) -> Result<Gathered, Error> {
+    let answers = data::Answers::ask(conn.select(org)?, &config.source)?;
     let failed = config.failed.clone().or_else(|| unfinished(&config.state, org, &answers));
     let health = Health::of(&answers, failed.as_ref(), now, config.stale_after);
     Ok(Gathered { answers, health })
@@ -209,9 +208,11 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
     let org_dir = config.dir.join("org");
     let mut summaries = vec![];
     let mut written = vec![];
-    match pages(reader, config)? {
+    let pages = pages(reader, config)?;
+    let conn = reader.switchable()?;
+    match pages {
         Pages::One(org) => {
-            let g = gather(reader, config, org.as_deref(), now)?;
+            let g = gather(&conn, config, org.as_deref(), now)?;
             let built = page::org_page(&page::OrgPage {
                 organization: org.as_deref(),
                 source: &source,
@@ -226,7 +227,7 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
         Pages::Many(orgs) => {
             let mut rows = vec![];
             for org in orgs {
-                let g = gather(reader, config, Some(&org), now)?;
+                let g = gather(&conn, config, Some(&org), now)?;
                 let file = page_file(&org);
                 let built = page::org_page(&page::OrgPage {
                     organization: Some(&org),
