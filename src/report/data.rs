@@ -219,14 +219,21 @@ impl Health {
                     (
                         HealthState::Stale,
                         format!(
-                            "Stale: the last sync finished {} ({} ago), longer ago than {}.",
+                            "Stale: the last sync finished {}, {} before this page was made (more than {}).",
                             stamp(t),
                             ago(age),
                             humantime::format_duration(stale_after)
                         ),
                     )
                 } else {
-                    (HealthState::Fresh, format!("Fresh: last synced {} ({} ago), a {mode} sync.", stamp(t), ago(age)))
+                    (
+                        HealthState::Fresh,
+                        format!(
+                            "Fresh: last synced {}, {} before this page was made, a {mode} sync.",
+                            stamp(t),
+                            ago(age)
+                        ),
+                    )
                 }
             }
         };
@@ -286,12 +293,16 @@ mod tests {
         };
         let h = Health::of(&answers(vec![run("2026-11-25T09:59:59.5+00:00", "completed")]), None, now, day);
         assert_eq!(h.state, HealthState::Fresh);
-        assert!(h.headline.contains("2 h 0 min ago") && h.headline.contains("quick sync"), "{}", h.headline);
+        assert!(
+            h.headline.contains("2 h 0 min before this page") && h.headline.contains("quick sync"),
+            "{}",
+            h.headline
+        );
         assert_eq!(h.notes.len(), 2, "warnings and disagreeing counts: {:?}", h.notes);
         let h = Health::of(&answers(vec![run("2026-11-23T10:00:00+00:00", "completed")]), None, now, day);
         assert_eq!(h.state, HealthState::Stale);
         assert!(
-            h.headline.contains("2 days 2 h ago") && h.headline.contains("longer ago than 1day 2h"),
+            h.headline.contains("2 days 2 h before") && h.headline.contains("(more than 1day 2h)"),
             "{}",
             h.headline
         );

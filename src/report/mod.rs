@@ -121,14 +121,15 @@ fn describe(source: &Source) -> String {
 }
 
 /// An organization's page file name: its name (organizations' names are lowercase letters,
-/// digits, `-` and `_`); any other character of a name read from a lake is spelled out.
+/// digits, `-` and `_`); any other character of a name read from a lake is spelled out as `~`
+/// and its code point in hex, which no name has and a URL keeps as it is.
 fn page_file(org: &str) -> String {
     let mut name = String::new();
     for c in org.chars() {
         if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_' {
             name.push(c);
         } else {
-            name.push_str(&format!("%{:x}", c as u32));
+            name.push_str(&format!("~{:x}", c as u32));
         }
     }
     format!("{name}.html")
@@ -253,6 +254,15 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
     }
     remove_other_pages(&org_dir, &written);
     Ok(ReportSummary { path: index, generated_at: now, pages: summaries })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn page_files_are_names_and_never_leave_the_directory() {
+        assert_eq!(super::page_file("acme-2_b"), "acme-2_b.html");
+        assert_eq!(super::page_file("../Evil x"), "~2e~2e~2f~45vil~20x.html");
+    }
 }
 
 fn summary(org: Option<String>, path: PathBuf, health: &Health, built: &page::Built) -> PageSummary {
