@@ -1,5 +1,6 @@
 -- run_health: the last N loaded runs: duration, requests, retries, 429s, pacing waits, warnings,
--- and how each read the applications (quick or full, pages verified, counts agreeing).
+-- and how each read the applications (quick or full, pages verified, counts agreeing). Newest
+-- first; runs loaded together share finished_at, and the one that started last comes first.
 -- params: runs (default 20)
 -- columns: run_id, started_at, finished_at, status, duration_s, requests, retries, rate_limited, pacing_wait_s, status_changes, warnings, parquet_exported, sync_mode, pages_verified, counts_agree, last_reconcile_at
 SELECT run_id, started_at, finished_at, status,
@@ -12,5 +13,5 @@ SELECT run_id, started_at, finished_at, status,
        parquet_exported,
        sync_mode, pages_verified, counts_agree, last_reconcile_at
 FROM runs
-ORDER BY finished_at DESC
+ORDER BY finished_at DESC, started_at DESC NULLS LAST, run_id DESC
 LIMIT coalesce(CAST(getvariable('runs') AS INTEGER), 20);

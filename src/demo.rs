@@ -127,12 +127,20 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
         source: query::Source::Warehouse { path: root.join("warehouse.duckdb"), org: None },
         org: None,
         dir: root.join("report"),
-        state: crate::report::RunState::Own(config.out.clone()),
+        state: crate::report::RunState::Own { out: config.out.clone(), locked_here: true },
         stale_after: crate::report::DEFAULT_STALE_AFTER,
         failed: None,
     })
-    .await?;
-    println!("{}", summary(&report, &root, &page.path)?);
+    .await;
+    // As in `run`: the data is loaded whether or not its page could be written.
+    let page = match page {
+        Ok(page) => Some(page.path),
+        Err(e) => {
+            tracing::warn!(error = %e.report(), "the HTML report could not be written");
+            None
+        }
+    };
+    println!("{}", summary(&report, &root, page.as_deref())?);
     // The example file holds failures on purpose (a cancelled sale, a foreign sale, …): the demo
     // succeeds when every row ended as the example expects, which the tests check.
     Ok(exit::OK)
@@ -170,7 +178,7 @@ fn table(warehouse: &std::path::Path, name: &str, sql: &str) -> Result<String, E
     Ok(query::render(&query::execute(&conn, &config)?, Format::Table)?)
 }
 
-fn summary(report: &SyncReport, root: &std::path::Path, page: &std::path::Path) -> Result<String, Error> {
+fn summary(report: &SyncReport, root: &std::path::Path, page: Option<&std::path::Path>) -> Result<String, Error> {
     let warehouse = root.join("warehouse.duckdb");
     let mut s = format!(
         "creator-etl demo: two runs; the second made {} requests, holds {} applications and {} days of content, in {}",
@@ -200,7 +208,11 @@ fn summary(report: &SyncReport, root: &std::path::Path, page: &std::path::Path) 
     if let Some(actions) = &report.actions {
         s.push_str(&section("actions replayed from examples/reviewed.csv", &crate::action::summary(actions)));
     }
-    s.push_str(&section("report", &format!("  {}   # open it in a browser: every section, one file", page.display())));
+    let page = match page {
+        Some(page) => format!("  {}   # open it in a browser: every section, one file", page.display()),
+        None => "  not written: see the warning above".to_owned(),
+    };
+    s.push_str(&section("report", &page));
     let out = root.display();
     s.push_str(&section(
         "next",

@@ -89,6 +89,22 @@ impl OutDir {
         self.root.join("state")
     }
 
+    /// Who holds the directory's lock now, if another open of it does (a run in progress): what
+    /// it recorded. Taking the lock to find out releases it at once.
+    pub fn lock_holder(&self) -> Option<String> {
+        let mut file = fs::File::open(self.root.join(".lock")).ok()?;
+        match file.try_lock() {
+            Ok(()) => None,
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                Some(if holder.is_empty() { "unknown run".into() } else { holder.to_owned() })
+            }
+            Err(std::fs::TryLockError::Error(_)) => None,
+        }
+    }
+
     /// Creates the directory and takes its lock, recording `who` (the run id) for a second
     /// command to report.
     pub fn lock(&self, who: &str) -> Result<OutLock, OutError> {
@@ -203,6 +219,18 @@ mod tests {
         }
         drop(held);
         out.lock("run-c").unwrap();
+    }
+
+    #[test]
+    fn the_holder_of_a_lock_is_seen_and_a_free_lock_stays_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::new(dir.path());
+        assert_eq!(out.lock_holder(), None, "no lock file");
+        let lock = out.lock("run-a").unwrap();
+        assert!(out.lock_holder().unwrap().contains("run run-a (pid"));
+        drop(lock);
+        assert_eq!(out.lock_holder(), None);
+        let _again = out.lock("run-b").unwrap();
     }
 
     #[test]

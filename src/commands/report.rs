@@ -31,10 +31,18 @@ impl ReportArgs {
             )])
         })?;
         let source = super::query::source(self.lake.as_deref(), self.org.as_deref(), None, global)?;
+        if self.lake.is_none() && !global.out.join("warehouse.duckdb").exists() && global.out.join("orgs").is_dir() {
+            return Err(Error::Config(vec![format!(
+                "`{}` holds a fleet whose organizations keep their own warehouses (`fleet run --warehouse per-org`): \
+                 write each one's report with `creator-etl report --out {}/orgs/NAME`",
+                global.out.display(),
+                global.out.display()
+            )]));
+        }
         let state = match (&self.lake, global.out.join("orgs").is_dir()) {
             (Some(_), _) => RunState::DataOnly,
             (None, true) => RunState::Fleet(global.out.clone()),
-            (None, false) => RunState::Own(OutDir::new(&global.out)),
+            (None, false) => RunState::Own { out: OutDir::new(&global.out), locked_here: false },
         };
         Ok(ReportConfig {
             source,

@@ -57,7 +57,7 @@ async fn write_report(out: &OutDir, failed: Option<FailedRun>) -> ReportNote {
         source: Source::Warehouse { path: out.root().join("warehouse.duckdb"), org: None },
         org: None,
         dir: out.root().join("report"),
-        state: RunState::Own(out.clone()),
+        state: RunState::Own { out: out.clone(), locked_here: true },
         stale_after: crate::report::DEFAULT_STALE_AFTER,
         failed,
     };

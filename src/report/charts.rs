@@ -83,8 +83,8 @@ fn y_top(series: &[Series], stacked: bool) -> f64 {
     } else {
         series.iter().flat_map(|s| s.values.iter().flatten().copied()).fold(0.0, f64::max)
     };
-    // Room above the highest mark for the legend, drawn in the upper left.
-    let room = if series.len() > 1 { 1.3 } else { 1.1 };
+    // Room above the highest mark for the legend, drawn in the upper left: a line per series.
+    let room = if series.len() > 1 { 1.15 + 0.1 * series.len() as f64 } else { 1.1 };
     if max > 0.0 {
         max * room
     } else {
@@ -205,9 +205,11 @@ pub fn bars(categories: &[String], series: &[Series], stacked: bool, scale: Scal
             .label_style(("sans-serif", 12).into_font().color(&AXIS))
             .draw()
             .map_err(err)?;
-        let width = if stacked { 0.7 } else { 0.8 / series.len() as f64 };
+        // Side by side, only the series with a bar to draw share a category's width.
+        let drawn: Vec<&Series> = series.iter().filter(|s| s.values.iter().flatten().any(|v| *v != 0.0)).collect();
+        let width = if stacked { 0.7 } else { 0.8 / drawn.len() as f64 };
         let mut base = vec![0.0; n];
-        for (k, s) in series.iter().enumerate() {
+        for (k, s) in drawn.into_iter().enumerate() {
             let mut rects = vec![];
             for (i, v) in s.values.iter().enumerate().take(n) {
                 let Some(v) = v.filter(|v| *v != 0.0) else { continue };

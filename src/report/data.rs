@@ -131,6 +131,8 @@ pub enum HealthState {
     Stale,
     /// Nothing loaded yet.
     Never,
+    /// A run holds the output directory now (its lock): the data is the last finished sync's.
+    Running,
     Fresh,
 }
 
@@ -140,6 +142,7 @@ impl HealthState {
             HealthState::Failed => "failed",
             HealthState::Stale => "stale",
             HealthState::Never => "never synced",
+            HealthState::Running => "running",
             HealthState::Fresh => "fresh",
         }
     }
@@ -163,9 +166,11 @@ pub struct Health {
 }
 
 impl Health {
+    /// `running`: who holds the output directory's lock now (another process), if anyone.
     pub fn of(
         answers: &Answers,
         failed: Option<&FailedRun>,
+        running: Option<&str>,
         now: DateTime<Utc>,
         stale_after: std::time::Duration,
     ) -> Health {
@@ -188,7 +193,31 @@ impl Health {
             }
         }
         let completed = last.and_then(|r| text(r, "status")).is_none_or(|s| s == "completed" || s == "loaded");
+        let age = last_synced_at.map(|t| (now - t).to_std().unwrap_or_default());
         let (state, headline) = match (failed, last_synced_at) {
+            (None, _) if running.is_some() => {
+                if age.is_some_and(|a| a > stale_after) {
+                    notes.push(format!(
+                        "The last finished sync is older than {}.",
+                        humantime::format_duration(stale_after)
+                    ));
+                }
+                (
+                    HealthState::Running,
+                    format!(
+                        "Running: {} holds the output directory now. {}",
+                        running.unwrap_or_default(),
+                        match (last_synced_at, age) {
+                            (Some(t), Some(a)) => format!(
+                                "The data below is from the sync that finished {}, {} before this page was made.",
+                                stamp(t),
+                                ago(a)
+                            ),
+                            _ => "Nothing has been loaded yet.".into(),
+                        }
+                    ),
+                )
+            }
             (Some(f), _) => (
                 HealthState::Failed,
                 format!(
@@ -291,7 +320,7 @@ mod tests {
             serde_json::json!({"run_id": "r1", "finished_at": at, "status": status, "sync_mode": "quick",
                                "warnings": 2, "counts_agree": false, "rate_limited": 0})
         };
-        let h = Health::of(&answers(vec![run("2026-11-25T09:59:59.5+00:00", "completed")]), None, now, day);
+        let h = Health::of(&answers(vec![run("2026-11-25T09:59:59.5+00:00", "completed")]), None, None, now, day);
         assert_eq!(h.state, HealthState::Fresh);
         assert!(
             h.headline.contains("2 h 0 min before this page") && h.headline.contains("quick sync"),
@@ -299,7 +328,7 @@ mod tests {
             h.headline
         );
         assert_eq!(h.notes.len(), 2, "warnings and disagreeing counts: {:?}", h.notes);
-        let h = Health::of(&answers(vec![run("2026-11-23T10:00:00+00:00", "completed")]), None, now, day);
+        let h = Health::of(&answers(vec![run("2026-11-23T10:00:00+00:00", "completed")]), None, None, now, day);
         assert_eq!(h.state, HealthState::Stale);
         assert!(
             h.headline.contains("2 days 2 h before") && h.headline.contains("(more than 1day 2h)"),
@@ -307,18 +336,29 @@ mod tests {
             h.headline
         );
         let failed = FailedRun { at: Some(now), what: "run x did not finish".into() };
-        let h = Health::of(&answers(vec![run("2026-11-25T10:00:00+00:00", "completed")]), Some(&failed), now, day);
+        let h =
+            Health::of(&answers(vec![run("2026-11-25T10:00:00+00:00", "completed")]), Some(&failed), None, now, day);
         assert_eq!(h.state, HealthState::Failed);
         assert!(
             h.headline.starts_with("Failed: run x did not finish (2026-11-25 12:00 UTC). The data below"),
             "{}",
             h.headline
         );
-        let h = Health::of(&answers(vec![run("2026-11-25T10:00:00+00:00", "failed")]), None, now, day);
+        let h = Health::of(&answers(vec![run("2026-11-25T10:00:00+00:00", "failed")]), None, None, now, day);
         assert_eq!(h.state, HealthState::Failed);
-        let h = Health::of(&answers(vec![]), None, now, day);
+        let h = Health::of(&answers(vec![]), None, None, now, day);
         assert_eq!(h.state, HealthState::Never);
         assert_eq!(h.last_synced_at, None);
+        let h = Health::of(
+            &answers(vec![run("2026-11-23T10:00:00+00:00", "completed")]),
+            None,
+            Some("run 20261125T110000Z-1 (pid 7, since 2026-11-25T11:00:00Z)"),
+            now,
+            day,
+        );
+        assert_eq!(h.state, HealthState::Running);
+        assert!(h.headline.starts_with("Running: run 20261125T110000Z-1 (pid 7"), "{}", h.headline);
+        assert!(h.notes.iter().any(|n| n.contains("older than 1day 2h")), "{:?}", h.notes);
     }
 
     #[test]

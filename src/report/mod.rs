@@ -37,10 +37,14 @@ pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(26 * 3600);
 pub enum RunState {
     /// Nowhere: only the data (a lake read from elsewhere).
     DataOnly,
-    /// One organization's output directory: a newer raw run that did not finish, or that
-    /// finished its extract and was not loaded.
-    Own(OutDir),
-    /// A fleet's output directory: each organization's status file (`fleet status`).
+    /// One organization's output directory: a run holding its lock now (unless `locked_here`:
+    /// this process holds it, as `run` and the demo do); a newer raw run that did not finish, or
+    /// that finished its extract and was not loaded; and, for an organization of a fleet with
+    /// its own warehouse, its status file (`fleet status`).
+    Own { out: OutDir, locked_here: bool },
+    /// A fleet's output directory: each organization's lock and status file (`fleet status`).
+    /// Organizations with a status file and no rows yet (a first sync that failed) get a page
+    /// too.
     Fleet(PathBuf),
 }
 
@@ -100,7 +104,14 @@ fn pages(reader: &Reader, config: &ReportConfig) -> Result<Pages, QueryError> {
         Source::Warehouse { .. } => "the fleet warehouse",
         Source::Lake(_) => "the lake",
     };
-    match (reader.holds(), &config.org) {
+    let holds = reader.holds().map(|holds| {
+        let mut all: std::collections::BTreeSet<String> = holds.iter().cloned().collect();
+        if let RunState::Fleet(out) = &config.state {
+            all.extend(fleet_members(out));
+        }
+        all.into_iter().collect::<Vec<_>>()
+    });
+    match (holds.as_deref(), &config.org) {
         (None, None) => Ok(Pages::One(None)),
         (None, Some(_)) => Err(QueryError::OneOrganization(describe(&config.source))),
         (Some(holds), Some(org)) if !holds.contains(org) => {
@@ -110,6 +121,19 @@ fn pages(reader: &Reader, config: &ReportConfig) -> Result<Pages, QueryError> {
         (Some([only]), None) => Ok(Pages::One(Some(only.clone()))),
         (Some(holds), None) => Ok(Pages::Many(holds.to_vec())),
     }
+}
+
+/// The organizations of a fleet's output directory that have a status file: every organization
+/// a fleet run has tried, whether or not it has rows yet.
+fn fleet_members(out: &Path) -> Vec<String> {
+    let mut names = vec![];
+    for entry in std::fs::read_dir(out.join("orgs")).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if crate::load::lake::valid_org(&name) && crate::fleet::status::status_path(&entry.path()).is_file() {
+            names.push(name);
+        }
+    }
+    names
 }
 
 /// The source as the page names it.
@@ -129,7 +153,7 @@ fn page_file(org: &str) -> String {
         if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_' {
             name.push(c);
         } else {
-            name.push_str(&format!("~{:x}", c as u32));
+            name.push_str(&format!("~{:06x}", c as u32));
         }
     }
     format!("{name}.html")
@@ -142,64 +166,83 @@ struct Gathered {
 
 fn gather(conn: &Switchable, config: &ReportConfig, org: Option<&str>, now: DateTime<Utc>) -> Result<Gathered, Error> {
     let answers = data::Answers::ask(conn.select(org)?, &config.source)?;
-    let failed = config.failed.clone().or_else(|| unfinished(&config.state, org, &answers));
-    let health = Health::of(&answers, failed.as_ref(), now, config.stale_after);
+    let (failed, running) = match &config.failed {
+        Some(f) => (Some(f.clone()), None),
+        None => not_loaded(&config.state, org, &answers),
+    };
+    let health = Health::of(&answers, failed.as_ref(), running.as_deref(), now, config.stale_after);
     Ok(Gathered { answers, health })
 }
 
-/// A run newer than the last loaded one that did not reach the data.
-fn unfinished(state: &RunState, org: Option<&str>, answers: &data::Answers) -> Option<FailedRun> {
+/// What the output directory knows that the data does not: a run that did not reach the data
+/// (newer than the last loaded one), or who holds the directory now (a run in progress).
+fn not_loaded(state: &RunState, org: Option<&str>, answers: &data::Answers) -> (Option<FailedRun>, Option<String>) {
     let runs = answers.rows("run_health");
     let loaded_at = runs.first().and_then(|r| data::time(r, "finished_at"));
     let newer = |at: DateTime<Utc>| loaded_at.is_none_or(|l| at > l);
-    match (state, org) {
-        (RunState::Own(out), _) => {
-            use crate::extract::runs;
-            if let Some(id) = runs::unfinished_run(out) {
-                let at = runs::read_spec(out, &id).ok().map(|s| s.created_at);
-                if at.is_none_or(newer) {
-                    return Some(FailedRun {
-                        at,
-                        what: format!(
-                            "run {id} did not finish its extract (it failed, was interrupted, or is still running); \
-                             the next run resumes it"
-                        ),
-                    });
-                }
-            }
-            let id = runs::latest_complete_run(out)?;
-            if runs.iter().any(|r| data::text(r, "run_id") == Some(id.as_str())) {
-                return None;
-            }
-            let at = runs::read_spec(out, &id).ok().map(|s| s.created_at)?;
-            newer(at).then(|| FailedRun {
-                at: Some(at),
-                what: format!("run {id} finished its extract but was not loaded (`creator-etl load` loads it)"),
-            })
+    let (out, locked_here) = match (state, org) {
+        (RunState::Own { out, locked_here }, _) => (out.clone(), *locked_here),
+        (RunState::Fleet(out), Some(org)) => (OutDir::new(crate::fleet::status::org_dir(out, org)), false),
+        _ => return (None, None),
+    };
+    if !locked_here {
+        if let Some(holder) = out.lock_holder() {
+            return (None, Some(holder));
         }
-        (RunState::Fleet(out), Some(org)) => {
-            use crate::fleet::report::Outcome;
-            let (status, _) = crate::fleet::status::read_status(&crate::fleet::status::org_dir(out, org));
-            let outcome = status.last_outcome.filter(|o| *o != Outcome::Completed)?;
-            let at = status.last_error_at.or(status.last_run_at);
-            if !at.is_none_or(newer) {
-                return None;
-            }
-            let mut error = status.last_error.unwrap_or_default();
-            if error.chars().count() > 300 {
-                error = error.chars().take(300).collect::<String>() + "…";
-            }
-            Some(FailedRun {
+    }
+    // A fleet's status file says why its last run failed; the raw runs only that one did.
+    let failed = fleet_failure(out.root(), newer).or_else(|| raw_run_not_loaded(&out, runs, newer));
+    (failed, None)
+}
+
+/// The newest raw run of an output directory, when it is newer than the last load and did not
+/// finish its extract, or finished it and was not loaded.
+fn raw_run_not_loaded(out: &OutDir, loaded: &[data::Row], newer: impl Fn(DateTime<Utc>) -> bool) -> Option<FailedRun> {
+    use crate::extract::runs;
+    if let Some(id) = runs::unfinished_run(out) {
+        let at = runs::read_spec(out, &id).ok().map(|s| s.created_at);
+        if at.is_none_or(&newer) {
+            return Some(FailedRun {
                 at,
                 what: format!(
-                    "the fleet's last run of it ended {}{}",
-                    outcome.as_str(),
-                    if error.is_empty() { String::new() } else { format!(": {error}") }
+                    "run {id} did not finish its extract (it failed or was interrupted); the next run resumes it"
                 ),
-            })
+            });
         }
-        _ => None,
     }
+    let id = runs::latest_complete_run(out)?;
+    if loaded.iter().any(|r| data::text(r, "run_id") == Some(id.as_str())) {
+        return None;
+    }
+    let at = runs::read_spec(out, &id).ok().map(|s| s.created_at)?;
+    newer(at).then(|| FailedRun {
+        at: Some(at),
+        what: format!("run {id} finished its extract but was not loaded (`creator-etl load` loads it)"),
+    })
+}
+
+/// An organization's fleet status file (`OUT/orgs/NAME/state/fleet-status.json`), when its last
+/// run after the last load did not complete.
+fn fleet_failure(org_out: &Path, newer: impl Fn(DateTime<Utc>) -> bool) -> Option<FailedRun> {
+    use crate::fleet::report::Outcome;
+    let (status, _) = crate::fleet::status::read_status(org_out);
+    let outcome = status.last_outcome.filter(|o| *o != Outcome::Completed)?;
+    let at = status.last_error_at.or(status.last_run_at);
+    if !at.is_none_or(newer) {
+        return None;
+    }
+    let mut error = status.last_error.unwrap_or_default();
+    if error.chars().count() > 300 {
+        error = error.chars().take(300).collect::<String>() + "…";
+    }
+    Some(FailedRun {
+        at,
+        what: format!(
+            "the fleet's last run of it ended {}{}",
+            outcome.as_str(),
+            if error.is_empty() { String::new() } else { format!(": {error}") }
+        ),
+    })
 }
 
 fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummary, Error> {
@@ -256,15 +299,6 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
     Ok(ReportSummary { path: index, generated_at: now, pages: summaries })
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn page_files_are_names_and_never_leave_the_directory() {
-        assert_eq!(super::page_file("acme-2_b"), "acme-2_b.html");
-        assert_eq!(super::page_file("../Evil x"), "~2e~2e~2f~45vil~20x.html");
-    }
-}
-
 fn summary(org: Option<String>, path: PathBuf, health: &Health, built: &page::Built) -> PageSummary {
     PageSummary {
         organization: org,
@@ -284,5 +318,15 @@ fn remove_other_pages(dir: &Path, written: &[String]) {
                 tracing::warn!(path = %entry.path().display(), error = %e, "an earlier report's page cannot be removed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn page_files_are_names_and_never_leave_the_directory() {
+        assert_eq!(super::page_file("acme-2_b"), "acme-2_b.html");
+        assert_eq!(super::page_file("../E x"), "~00002e~00002e~00002f~000045~000020x.html");
+        assert_ne!(super::page_file("A"), super::page_file("\u{4}1"), "fixed width: no two names share a file");
     }
 }

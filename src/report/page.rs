@@ -87,14 +87,21 @@ impl Section {
     }
 
     fn table(&mut self, caption: &str, headers: &[&str], rows: Vec<Vec<String>>) {
+        let rows = rows.into_iter().map(|r| r.into_iter().map(Cell::Text).collect()).collect();
         self.body.push_str(&table(caption, headers, rows, false));
     }
 }
 
-/// A plain table; cells are text (escaped here). With `sortable`, every cell's `data-sort` is
-/// its text unless it starts with `\u{1}` (then the part up to `\u{2}` is the sort key and the
-/// rest is HTML).
-fn table(caption: &str, headers: &[&str], rows: Vec<Vec<String>>, sortable: bool) -> String {
+/// A table cell: text (escaped when written), or HTML this module built with the key a sortable
+/// table sorts it by. Data never becomes HTML: only [`Cell::Html`] is written as is.
+enum Cell {
+    Text(String),
+    Html { sort: String, html: String },
+}
+
+/// A plain table. With `sortable`, every cell carries its sort key in `data-sort` (its text,
+/// or the key of a [`Cell::Html`]).
+fn table(caption: &str, headers: &[&str], rows: Vec<Vec<Cell>>, sortable: bool) -> String {
     let mut s = format!(
         "<table{}>{}<thead><tr>",
         if sortable { " class=\"sortable\"" } else { "" },
@@ -107,15 +114,15 @@ fn table(caption: &str, headers: &[&str], rows: Vec<Vec<String>>, sortable: bool
     for row in rows {
         s.push_str("<tr>");
         for cell in row {
-            match cell.strip_prefix('\u{1}').and_then(|c| c.split_once('\u{2}')) {
-                Some((key, html)) => {
-                    let _ = write!(s, "<td data-sort=\"{}\">{html}</td>", esc(key));
+            match cell {
+                Cell::Html { sort, html } => {
+                    let _ = write!(s, "<td data-sort=\"{}\">{html}</td>", esc(&sort));
                 }
-                None if sortable => {
-                    let _ = write!(s, "<td data-sort=\"{0}\">{0}</td>", esc(&cell));
+                Cell::Text(text) if sortable => {
+                    let _ = write!(s, "<td data-sort=\"{0}\">{0}</td>", esc(&text));
                 }
-                None => {
-                    let _ = write!(s, "<td>{}</td>", esc(&cell));
+                Cell::Text(text) => {
+                    let _ = write!(s, "<td>{}</td>", esc(&text));
                 }
             }
         }
@@ -283,7 +290,7 @@ h1{font-size:22px;margin:8px 0 2px}h2{font-size:18px;margin:0 0 12px}h3{font-siz
 nav{margin:12px 0}nav a{margin-right:14px;color:#1d4ed8;text-decoration:none}
 .banner{padding:10px 14px;border-radius:6px;margin:8px 0;border:1px solid}
 .banner.fresh{background:#f0fdf4;border-color:#86efac}.banner.stale{background:#fffbeb;border-color:#fcd34d}
-.banner.failed{background:#fef2f2;border-color:#fca5a5}.banner.never-synced{background:#f1f5f9;border-color:#cbd5e1}
+.banner.failed{background:#fef2f2;border-color:#fca5a5}.banner.running{background:#eff6ff;border-color:#93c5fd}.banner.never-synced{background:#f1f5f9;border-color:#cbd5e1}
 section{background:#fff;border:1px solid #e2e8f0;border-radius:8px;padding:16px 20px;margin:16px 0}
 .figures{display:flex;flex-wrap:wrap;gap:10px;margin-bottom:8px}
 .figure{border:1px solid #e2e8f0;border-radius:6px;padding:8px 12px;min-width:150px;flex:1 1 150px}
@@ -296,7 +303,7 @@ th,td{border-bottom:1px solid #e2e8f0;padding:4px 10px;text-align:right}th:first
 table.sortable th{cursor:pointer;user-select:none}table.sortable th[data-dir=asc]::after{content:' \\25B2'}
 table.sortable th[data-dir=desc]::after{content:' \\25BC'}
 .empty{color:#475569;font-style:italic}
-.state-failed{color:#b91c1c;font-weight:600}.state-stale{color:#b45309;font-weight:600}
+.state-running{color:#1d4ed8;font-weight:600}.state-failed{color:#b91c1c;font-weight:600}.state-stale{color:#b45309;font-weight:600}
 ";
 
 fn health(a: &Answers) -> Section {
@@ -404,21 +411,37 @@ fn metric_rows<'a>(a: &'a Answers, metric: &str) -> Vec<&'a Row> {
     rows
 }
 
+/// A full week's change on the week before (`weekly_trend`'s column `col`), only when the week
+/// before is full too: a change on a partly loaded week would read as a jump.
+fn full_week_change(all: &[Row], week: &Row, col: &str) -> Option<f64> {
+    let start = date(week, "week_start")?;
+    let before = all.iter().find(|r| date(r, "week_start") == Some(start - chrono::Duration::days(7)))?;
+    if flag(before, "complete") == Some(true) {
+        num(week, col)
+    } else {
+        None
+    }
+}
+
 fn content(a: &Answers) -> Section {
     let mut s = Section::default();
-    let weeks: Vec<&Row> = a.rows("weekly_trend").iter().filter(|r| flag(r, "complete") == Some(true)).collect();
+    let all = a.rows("weekly_trend");
+    let weeks: Vec<&Row> = all.iter().filter(|r| flag(r, "complete") == Some(true)).collect();
     match weeks.last() {
         Some(w) => {
             let label = date(w, "week_start").map(iso_week).unwrap_or_default();
             for (metric, pct) in [("views", "views_pct_change"), ("likes", "likes_pct_change")] {
                 let total = int(w, metric);
-                let change = num(w, pct);
+                let change = full_week_change(all, w, pct);
                 s.figure(
                     &format!("{metric}_last_full_week"),
                     format!("{}, ISO week {label}", capital(metric)),
                     opt_int(total),
                     opt_json(total),
-                    Some(format!("{} on the week before", change_text(change))),
+                    Some(match change {
+                        Some(_) => format!("{} on the week before", change_text(change)),
+                        None => "the week before is not fully loaded".to_owned(),
+                    }),
                 );
                 s.figure(
                     &format!("{metric}_wow_change"),
@@ -441,7 +464,7 @@ fn content(a: &Answers) -> Section {
         s.chart(
             &format!("{metric}_daily"),
             &format!(
-                "{} per day (24-hour statistics) and the 7-day average, {range} (the last {} loaded days).",
+                "{} per day (24-hour statistics) and the 7-day average, {range} (the {} days up to the newest loaded day).",
                 capital(metric),
                 a.params("wow_latest")
             ),
@@ -473,15 +496,15 @@ fn content(a: &Answers) -> Section {
                 vec![
                     date(w, "week_start").map(iso_week).unwrap_or_default(),
                     opt_int(int(w, "views")),
-                    change_text(num(w, "views_pct_change")),
+                    change_text(full_week_change(all, w, "views_pct_change")),
                     opt_int(int(w, "likes")),
-                    change_text(num(w, "likes_pct_change")),
+                    change_text(full_week_change(all, w, "likes_pct_change")),
                 ]
             })
             .collect();
         s.heading("Full ISO weeks");
         s.table(
-            "The last full ISO weeks, newest first, with the change on the week before (queries/weekly_trend.sql)",
+            "The last full ISO weeks, newest first, with the change on the week before when that week is full too (queries/weekly_trend.sql)",
             &["ISO week", "views", "change", "likes", "change"],
             rows,
         );
@@ -558,8 +581,14 @@ fn applications(a: &Answers) -> Section {
     );
 
     let changes = a.rows("status_changes");
-    let weeks: BTreeSet<NaiveDate> = changes.iter().filter_map(|r| date(r, "week_start")).collect();
-    let weeks: Vec<NaiveDate> = weeks.into_iter().collect();
+    // Every week from the first with a change to the last, those without one included.
+    let seen: BTreeSet<NaiveDate> = changes.iter().filter_map(|r| date(r, "week_start")).collect();
+    let weeks: Vec<NaiveDate> = match (seen.first(), seen.last()) {
+        (Some(first), Some(last)) => {
+            (0..).map(|k| *first + chrono::Duration::weeks(k)).take_while(|w| w <= last).collect()
+        }
+        _ => vec![],
+    };
     let to: BTreeSet<&str> = changes.iter().filter_map(|r| text(r, "to_status")).collect();
     let series: Vec<Series> = to
         .iter()
@@ -678,7 +707,14 @@ fn cohorts(a: &Answers) -> Section {
             false,
             Scale::Percent,
         ),
-        "No application has been accepted or rejected yet: no acceptance rate by post count.",
+        &if accepted + rejected > 0 {
+            format!(
+                "No application has been accepted: all {} decided so far were rejected, 0 % in every cohort.",
+                int_text(rejected)
+            )
+        } else {
+            "No application has been accepted or rejected yet: no acceptance rate by post count.".to_owned()
+        },
     );
     if !buckets.is_empty() {
         let rows = buckets
@@ -717,14 +753,21 @@ fn cohorts(a: &Answers) -> Section {
     s.chart(
         "acceptance_by_month",
         &format!(
-            "Acceptance rate by month of application, the last {} months with applications (queries/cohort_by_month.sql, summed over the cohorts).",
+            "Acceptance rate by month of application, the {} months up to the newest month with applications (queries/cohort_by_month.sql, summed over the cohorts).",
             a.params("cohort_by_month")
         ),
         charts::bars(&labels, &[Series::new("acceptance rate", GREEN, rates)], false, Scale::Percent),
-        "No month has an accepted or rejected application yet.",
+        if months.values().any(|(acc, rej)| acc + rej > 0) {
+            "No application of these months has been accepted: every one decided was rejected, 0 % in each month."
+        } else {
+            "No month has an accepted or rejected application yet."
+        },
     );
     s
 }
+
+/// The outcomes of rows that need attention (`action::Outcome::is_failure`, exit 3).
+const NEED_ATTENTION: [&str; 4] = ["failed", "failed_transient", "in_doubt", "not_sent"];
 
 fn corrections(a: &Answers) -> Section {
     let mut s = Section::default();
@@ -753,11 +796,17 @@ fn corrections(a: &Answers) -> Section {
         of(rows, run).filter(|r| text(r, "outcome").is_some_and(pred)).filter_map(|r| int(r, "rows")).sum()
     };
     let applied = count(last, &|o| o == "applied");
-    let failed = count(last, &|o| o == "failed");
+    let attention = count(last, &|o| NEED_ATTENTION.contains(&o));
     let total = count(last, &|_| true);
     s.figure("actions_last_rows", format!("Rows, last actions run{on}"), int_text(total), json!(total), None);
     s.figure("actions_last_applied", format!("Applied, last actions run{on}"), int_text(applied), json!(applied), None);
-    s.figure("actions_last_failed", format!("Failed, last actions run{on}"), int_text(failed), json!(failed), None);
+    s.figure(
+        "actions_last_need_attention",
+        format!("Need attention, last actions run{on}"),
+        int_text(attention),
+        json!(attention),
+        Some("failed, failed_transient, in_doubt or not_sent: `actions apply` exits 3".into()),
+    );
     let shown: Vec<&str> = runs.iter().take(5).rev().copied().collect();
     let outcomes: BTreeSet<&str> = rows.iter().filter_map(|r| text(r, "outcome")).collect();
     let series: Vec<Series> = outcomes
@@ -832,13 +881,14 @@ pub fn overview(source: &str, generated_at: DateTime<Utc>, rows: &[OverviewRow])
     let worst = rows.iter().map(|r| r.health.state).min().unwrap_or(HealthState::Never);
     let _ = writeln!(
         html,
-        "<div class=\"banner {}\" data-health=\"{}\"><strong>{} organizations: {} failed, {} stale, {} never synced, {} fresh.</strong></div>",
+        "<div class=\"banner {}\" data-health=\"{}\"><strong>{} organizations: {} failed, {} stale, {} never synced, {} running, {} fresh.</strong></div>",
         worst.as_str().replace(' ', "-"),
         worst.as_str(),
         rows.len(),
         count(HealthState::Failed),
         count(HealthState::Stale),
         count(HealthState::Never),
+        count(HealthState::Running),
         count(HealthState::Fresh)
     );
     html.push_str("<section id=\"organizations\" data-section=\"organizations\"><h2>Organizations</h2>\n");
@@ -847,10 +897,11 @@ pub fn overview(source: &str, generated_at: DateTime<Utc>, rows: &[OverviewRow])
     }
     let mut sorted: Vec<&OverviewRow> = rows.iter().collect();
     sorted.sort_by(|a, b| a.health.state.cmp(&b.health.state).then(a.organization.cmp(&b.organization)));
-    let cell = |key: String, html: String| format!("\u{1}{key}\u{2}{html}");
+    let cell = |sort: String, html: String| Cell::Html { sort, html };
     let fig = |r: &OverviewRow, k: &str| r.figures.get(k).cloned().unwrap_or(Value::Null);
+    // Numbers sort as numbers; a missing one has no key, and sorts last.
     let num_cell = |v: Value, shown: String| cell(v.as_f64().map(|f| f.to_string()).unwrap_or_default(), esc(&shown));
-    let table_rows: Vec<Vec<String>> = sorted
+    let table_rows: Vec<Vec<Cell>> = sorted
         .iter()
         .map(|r| {
             let last = r.health.last_synced_at;
@@ -866,8 +917,8 @@ pub fn overview(source: &str, generated_at: DateTime<Utc>, rows: &[OverviewRow])
                         esc(state)
                     ),
                 ),
-                cell(last.map(|t| t.to_rfc3339()).unwrap_or_default(), esc(&last.map_or("–".into(), stamp))),
-                fig(r, "last_sync_mode").as_str().unwrap_or("–").to_owned(),
+                cell(last.map(|t| t.timestamp().to_string()).unwrap_or_default(), esc(&last.map_or("–".into(), stamp))),
+                Cell::Text(fig(r, "last_sync_mode").as_str().unwrap_or("–").to_owned()),
                 num_cell(
                     fig(r, "last_run_requests"),
                     fig(r, "last_run_requests").as_i64().map_or("–".into(), int_text),
@@ -895,7 +946,7 @@ pub fn overview(source: &str, generated_at: DateTime<Utc>, rows: &[OverviewRow])
         .collect();
     if !rows.is_empty() {
         html.push_str(&table(
-            "Click a column's name to sort by it. Requests and 429s are the last run's; views are the last full ISO week's.",
+            "Click a column's name to sort by it. Requests and 429s are the last loaded run's; views are the last full ISO week's.",
             &[
                 "organization",
                 "health",
@@ -932,7 +983,8 @@ pub fn overview(source: &str, generated_at: DateTime<Utc>, rows: &[OverviewRow])
 }
 
 /// Sorts a `table.sortable` by the column whose header is clicked, by each cell's `data-sort`
-/// (as numbers when both are numbers). Inline: the page loads nothing.
+/// (as numbers when both are numbers, times as epoch seconds; empty keys last either way).
+/// Inline: the page loads nothing.
 const SORT_SCRIPT: &str = "<script>
 document.querySelectorAll('table.sortable').forEach(function (t) {
   t.querySelectorAll('th').forEach(function (th, i) {
@@ -942,10 +994,11 @@ document.querySelectorAll('table.sortable').forEach(function (t) {
       th.setAttribute('data-dir', asc ? 'asc' : 'desc');
       var body = t.tBodies[0];
       var rows = Array.prototype.slice.call(body.rows);
+      var num = function (v) { return v !== '' && isFinite(Number(v)); };
       rows.sort(function (a, b) {
-        var x = a.cells[i].getAttribute('data-sort'), y = b.cells[i].getAttribute('data-sort');
-        var nx = parseFloat(x), ny = parseFloat(y);
-        var r = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : String(x).localeCompare(String(y));
+        var x = a.cells[i].getAttribute('data-sort') || '', y = b.cells[i].getAttribute('data-sort') || '';
+        if (x === '' || y === '') { return (x === '') - (y === ''); }
+        var r = (num(x) && num(y)) ? Number(x) - Number(y) : x.localeCompare(y);
         return asc ? r : -r;
       });
       rows.forEach(function (r) { body.appendChild(r); });
@@ -958,6 +1011,19 @@ document.querySelectorAll('table.sortable').forEach(function (t) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rows_that_need_attention_are_the_actions_failures() {
+        use crate::action::Outcome;
+        for name in ["applied", "noop", "skipped_not_approved", "skipped_already_applied", "skipped_not_selected"]
+            .into_iter()
+            .chain(NEED_ATTENTION)
+        {
+            let outcome: Outcome = serde_json::from_value(json!(name)).unwrap();
+            assert_eq!(outcome.as_str(), name);
+            assert_eq!(outcome.is_failure(), NEED_ATTENTION.contains(&name), "{name}");
+        }
+    }
 
     #[test]
     fn text_is_escaped_and_the_data_block_cannot_be_closed_early() {
@@ -979,9 +1045,66 @@ mod tests {
     }
 
     #[test]
+    fn data_in_a_cell_is_text_whatever_it_holds() {
+        let rows = [vec![Cell::Text("\u{1}k\u{2}<img src=x onerror=alert(1)>".into())]];
+        for sortable in [false, true] {
+            let t = table(
+                "",
+                &["campaign"],
+                rows.iter()
+                    .map(|r| {
+                        r.iter()
+                            .map(|c| match c {
+                                Cell::Text(t) => Cell::Text(t.clone()),
+                                Cell::Html { sort, html } => Cell::Html { sort: sort.clone(), html: html.clone() },
+                            })
+                            .collect()
+                    })
+                    .collect(),
+                sortable,
+            );
+            assert!(!t.contains("<img"), "{t}");
+            assert!(t.contains("&lt;img src=x onerror=alert(1)&gt;"), "{t}");
+        }
+    }
+
+    fn answers_of(name: &'static str, rows: Value) -> Answers {
+        let mut a = Answers::default();
+        let rows = rows.as_array().unwrap().iter().map(|r| r.as_object().unwrap().clone()).collect();
+        a.0.insert(name, super::super::data::Answer { params: Default::default(), aggregate: None, rows });
+        a
+    }
+
+    #[test]
+    fn a_zero_acceptance_rate_is_said_as_such() {
+        let a = answers_of(
+            "cohort_acceptance",
+            json!([{"bucket": "1-4", "applications": 5, "accepted": 0, "rejected": 5, "acceptance_rate": 0.0}]),
+        );
+        let s = cohorts(&a);
+        assert_eq!(s.charts, 0);
+        assert!(s.body.contains("No application has been accepted: all 5 decided so far were rejected"), "{}", s.body);
+    }
+
+    #[test]
+    fn a_week_over_week_change_needs_a_full_week_before() {
+        let a = answers_of(
+            "weekly_trend",
+            json!([
+                {"week_start": "2026-11-09", "views": 10, "views_pct_change": null, "likes": 1, "likes_pct_change": null, "complete": false},
+                {"week_start": "2026-11-16", "views": 700, "views_pct_change": 69.0, "likes": 70, "likes_pct_change": 69.0, "complete": true},
+            ]),
+        );
+        let s = content(&a);
+        let wow = s.figures.iter().find(|f| f.key == "views_wow_change").unwrap();
+        assert_eq!(wow.value, Value::Null, "no change on a partly loaded week");
+        assert!(s.figures.iter().any(|f| f.note.as_deref() == Some("the week before is not fully loaded")));
+    }
+
+    #[test]
     fn an_organization_without_data_gets_sentences_and_no_chart() {
         let answers = Answers::default();
-        let health = Health::of(&answers, None, Utc::now(), std::time::Duration::from_secs(3600));
+        let health = Health::of(&answers, None, None, Utc::now(), std::time::Duration::from_secs(3600));
         let built = org_page(&OrgPage {
             organization: Some("acme"),
             source: "the lake file:///x",

@@ -201,6 +201,8 @@ fn notebooks_run_top_to_bottom_against_a_fleet_warehouse() {
         std::fs::copy(demo_out().join("state/warehouse.duckdb"), state.join("warehouse.duckdb")).unwrap();
         fleet.push_str(&format!("[[organization]]\nname = \"{org}\"\nkey_env = \"KEY_{i}\"\n"));
     }
+    // And one without any data: its first sync fails.
+    fleet.push_str("[[organization]]\nname = \"zeta\"\nkey_env = \"KEY_2\"\n");
     let file = dir.path().join("fleet.toml");
     std::fs::write(&file, fleet).unwrap();
     let args = ["--base-url", "http://127.0.0.1:9", "--out", out.to_str().unwrap(), "fleet", "run", "--config"];
@@ -210,6 +212,7 @@ fn notebooks_run_top_to_bottom_against_a_fleet_warehouse() {
         .args(["--warehouse", "fleet", "--max-attempts", "1"])
         .env("KEY_0", "key-of-demo")
         .env("KEY_1", "key-of-other")
+        .env("KEY_2", "key-of-zeta")
         .env_remove("CREATOR_ETL_LAKE")
         .output()
         .unwrap();
@@ -236,13 +239,19 @@ fn notebooks_run_top_to_bottom_against_a_fleet_warehouse() {
     let o = run_bin(dir.path(), &args, &[]);
     assert_exit(&args, &o, 0);
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    for (page, org) in summary["pages"].as_array().unwrap().iter().zip(["demo", "other"]) {
+    let pages = summary["pages"].as_array().unwrap();
+    assert_eq!(pages.len(), 3, "zeta has no rows, but a status file: it is listed");
+    for (page, org) in pages.iter().zip(["demo", "other", "zeta"]) {
         assert_eq!(page["organization"], org);
         assert_eq!(page["health"], "failed", "{page}");
-        assert_eq!(page["sections"]["content"], "charted", "{page}");
+        let content = if org == "zeta" { "sentences" } else { "charted" };
+        assert_eq!(page["sections"]["content"], content, "{page}");
     }
     let overview = std::fs::read_to_string(out.join("report/index.html")).unwrap();
-    assert!(overview.contains("2 organizations: 2 failed"), "the overview counts them");
+    assert!(overview.contains("3 organizations: 3 failed"), "the overview counts them");
+    let zeta = std::fs::read_to_string(out.join("report/org/zeta.html")).unwrap();
+    assert!(zeta.contains("Failed: the fleet&#39;s last run of it ended failed"));
+    assert!(zeta.contains("Nothing has been loaded yet."));
     let page = std::fs::read_to_string(out.join("report/org/demo.html")).unwrap();
     assert!(page.contains("Failed: the fleet&#39;s last run of it ended failed"), "the status file's outcome");
 }

@@ -341,6 +341,13 @@ fn empty_and_thin_organizations_get_sentences_not_broken_charts() {
     assert_eq!(summary["pages"][0]["health"], "failed");
     let html = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
     assert!(html.contains("did not finish its extract"), "the unfinished run shows");
+    // While a run holds the output directory, the page says so rather than failed.
+    let lock = creator_etl::out::OutDir::new(&thin).lock("20261125T000000Z-test").unwrap();
+    let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(0);
+    assert_eq!(report::<Value>(&o)["pages"][0]["health"], "running");
+    let html = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
+    assert!(html.contains("Running: run 20261125T000000Z-test (pid"), "who runs");
+    drop(lock);
     // Once a run completes, the page is fresh again; older than `--stale-after`, stale.
     Bin::new(dir.path()).args(["run", "--since-days", "3"]).emu(&emu).out(&thin).key(FULL_KEY).expect(0);
     let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(0);
@@ -348,6 +355,14 @@ fn empty_and_thin_organizations_get_sentences_not_broken_charts() {
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let o = Bin::new(dir.path()).args(["report", "--stale-after", "1s"]).out(&thin).expect(0);
     assert_eq!(report::<Value>(&o)["pages"][0]["health"], "stale", "older than --stale-after");
+    // Two weeks of content: the full week's change on a partly loaded week before is not shown.
+    let two = dir.path().join("two-weeks");
+    Bin::new(dir.path()).args(["run", "--since-days", "13"]).emu(&emu).out(&two).key(FULL_KEY).expect(0);
+    let html = std::fs::read_to_string(two.join("report/index.html")).unwrap();
+    let data = data_of(&html);
+    assert!(data["figures"]["views_last_full_week"].is_i64(), "{}", data["figures"]);
+    assert_eq!(data["figures"]["views_wow_change"], Value::Null);
+    assert!(html.contains("the week before is not fully loaded"));
     // `--no-report` writes none.
     let none = dir.path().join("none");
     Bin::new(dir.path()).args(["run", "--since-days", "3", "--no-report"]).emu(&emu).out(&none).key(FULL_KEY).expect(0);
@@ -418,9 +433,25 @@ fn a_lake_of_two_organizations_gets_an_overview_and_a_page_each() {
     assert!(sorted.console.is_empty(), "{:#?}", sorted.console);
     assert_eq!(order(&sorted.dom), ["other", "demo"]);
     assert!(sorted.dom.contains("data-dir=\"asc\""));
+    // The last sync's column sorts by time: twice (descending) puts `other`, synced after
+    // `demo`, first.
+    let col = ["organization", "health", "last sync (UTC)"].len() - 1;
+    std::fs::write(
+        &clicked,
+        html.replace(
+            "</main></body>",
+            &format!(
+                "<script>var th = document.querySelectorAll('table.sortable th')[{col}]; th.click(); th.click();</script></main></body>"
+            ),
+        ),
+    )
+    .unwrap();
+    let sorted = render(&clicked, 1500);
+    assert!(sorted.console.is_empty(), "{:#?}", sorted.console);
+    assert_eq!(order(&sorted.dom), ["other", "demo"]);
     std::fs::remove_file(&clicked).unwrap();
 
-    // `--org` writes that organization's page as the index; the other pages go.
+    // `--org` writes that organization's page alone, as the index; the overview's pages go.
     let o = Bin::new(scratch.path()).args(["report", "--lake", &lake.url, "--org", "other"]).out(&out).expect(0);
     let summary: Value = report(&o);
     assert_eq!(summary["pages"].as_array().unwrap().len(), 1);
