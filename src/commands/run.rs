@@ -96,7 +96,9 @@ pub async fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let report = match result {
         Ok(report) => report,
         Err(e) => {
-            // The page shows the failure at the top, over the data of the last load.
+            // The page shows the failure at the top, over the data of the last load; a later
+            // `report` reads it from the record.
+            crate::report::record_last_run(&out, Some(e.report()));
             if !args.no_report && out.root().join("warehouse.duckdb").is_file() {
                 let failed = FailedRun {
                     at: Some(chrono::Utc::now()),
@@ -107,6 +109,7 @@ pub async fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
             return Err(e);
         }
     };
+    crate::report::record_last_run(&out, None);
     let note = if args.no_report { None } else { Some(write_report(&out, None).await) };
     print_json(&RunOutput { sync: &report, report: note })?;
     // As `actions apply`: the actions' summary (and a refused key) on stderr, and their code.

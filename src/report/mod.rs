@@ -190,9 +190,54 @@ fn not_loaded(state: &RunState, org: Option<&str>, answers: &data::Answers) -> (
             return (None, Some(holder));
         }
     }
-    // A fleet's status file says why its last run failed; the raw runs only that one did.
-    let failed = fleet_failure(out.root(), newer).or_else(|| raw_run_not_loaded(&out, runs, newer));
+    // A fleet's status file and `run`'s record say why the last run failed; the raw runs only
+    // that one did.
+    let failed = fleet_failure(out.root(), newer)
+        .or_else(|| last_run_failure(&out, newer))
+        .or_else(|| raw_run_not_loaded(&out, runs, newer));
     (failed, None)
+}
+
+/// How the last `run` of an output directory ended: `OUT/state/last-run.json`, written by `run`
+/// when it finishes or fails, so that a later report knows of a failure that left no raw run
+/// (a preflight that failed) or came after the load (the actions, the lake push).
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct LastRun {
+    pub finished_at: DateTime<Utc>,
+    /// Why it failed; None when it completed.
+    pub error: Option<String>,
+}
+
+fn last_run_path(out: &OutDir) -> PathBuf {
+    out.state_dir().join("last-run.json")
+}
+
+/// Records how a `run` ended (see [`LastRun`]). A record that cannot be written is a warning:
+/// the run's own outcome stands.
+pub fn record_last_run(out: &OutDir, error: Option<String>) {
+    let record = LastRun { finished_at: Utc::now(), error };
+    if let Err(e) = crate::out::write_json_atomic(&last_run_path(out), &record) {
+        tracing::warn!(error = %e, "how this run ended cannot be recorded for the report");
+    }
+}
+
+fn last_run_failure(out: &OutDir, newer: impl Fn(DateTime<Utc>) -> bool) -> Option<FailedRun> {
+    let bytes = std::fs::read(last_run_path(out)).ok()?;
+    let last: LastRun = serde_json::from_slice(&bytes).ok()?;
+    let error = last.error?;
+    newer(last.finished_at).then(|| FailedRun {
+        at: Some(last.finished_at),
+        what: format!("the last `creator-etl run` failed: {}", shorten(&error)),
+    })
+}
+
+/// A message cut to 300 characters.
+fn shorten(text: &str) -> String {
+    if text.chars().count() > 300 {
+        text.chars().take(300).collect::<String>() + "…"
+    } else {
+        text.to_owned()
+    }
 }
 
 /// The newest raw run of an output directory, when it is newer than the last load and did not
@@ -231,10 +276,7 @@ fn fleet_failure(org_out: &Path, newer: impl Fn(DateTime<Utc>) -> bool) -> Optio
     if !at.is_none_or(newer) {
         return None;
     }
-    let mut error = status.last_error.unwrap_or_default();
-    if error.chars().count() > 300 {
-        error = error.chars().take(300).collect::<String>() + "…";
-    }
+    let error = shorten(&status.last_error.unwrap_or_default());
     Some(FailedRun {
         at,
         what: format!(

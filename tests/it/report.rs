@@ -335,10 +335,17 @@ fn empty_and_thin_organizations_get_sentences_not_broken_charts() {
     assert!(html.contains("Failed: `creator-etl run` failed"), "and says what failed");
     assert!(html.contains("The data below is from the sync that finished"));
     assert!(!html.contains(FULL_KEY), "never the key");
-    // `report` on its own later finds that run in the output directory, unfinished: still failed.
+    // `report` on its own later reads the run's record (`state/last-run.json`): still failed.
     let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(0);
     let summary: Value = report(&o);
     assert_eq!(summary["pages"][0]["health"], "failed");
+    let html = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
+    assert!(html.contains("Failed: the last `creator-etl run` failed: "), "the record shows");
+    assert!(html.contains("127.0.0.1:9"), "with its message");
+    // Without the record, the unfinished raw run it left tells as much.
+    std::fs::remove_file(thin.join("state/last-run.json")).unwrap();
+    let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(0);
+    assert_eq!(report::<Value>(&o)["pages"][0]["health"], "failed");
     let html = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
     assert!(html.contains("did not finish its extract"), "the unfinished run shows");
     // While a run holds the output directory, the page says so rather than failed.
