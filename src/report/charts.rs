@@ -104,33 +104,7 @@ pub fn lines(x: &[String], series: &[Series], scale: Scale) -> Drawn {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let last = (x.len() as f64 - 1.0).max(1.0);
-        let mut chart = ChartBuilder::on(&root)
-            .margin(12)
-            .x_label_area_size(28)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0f64..last, 0f64..top)
-            .map_err(err)?;
-        let labels = |v: &f64| {
-            let i = v.round();
-            if (v - i).abs() < 1e-6 && i >= 0.0 {
-                x.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        };
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .max_light_lines(0)
-            .bold_line_style(GRID)
-            .axis_style(AXIS)
-            .x_labels(x.len().min(8))
-            .x_label_formatter(&labels)
-            .y_labels(6)
-            .y_label_formatter(&|v| scale.label(*v))
-            .label_style(("sans-serif", 12).into_font().color(&AXIS))
-            .draw()
-            .map_err(err)?;
+        let mut chart = frame(&root, 0f64..last, top, x, x.len().min(8), scale)?;
         for s in series {
             let mut labelled = false;
             let mut run: Vec<(f64, f64)> = vec![];
@@ -178,33 +152,7 @@ pub fn bars(categories: &[String], series: &[Series], stacked: bool, scale: Scal
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let n = categories.len();
-        let mut chart = ChartBuilder::on(&root)
-            .margin(12)
-            .x_label_area_size(28)
-            .y_label_area_size(56)
-            .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..top)
-            .map_err(err)?;
-        let labels = |v: &f64| {
-            let i = v.round();
-            if (v - i).abs() < 1e-6 && i >= 0.0 {
-                categories.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        };
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .max_light_lines(0)
-            .bold_line_style(GRID)
-            .axis_style(AXIS)
-            .x_labels(n.min(13) * 2 + 1)
-            .x_label_formatter(&labels)
-            .y_labels(6)
-            .y_label_formatter(&|v| scale.label(*v))
-            .label_style(("sans-serif", 12).into_font().color(&AXIS))
-            .draw()
-            .map_err(err)?;
+        let mut chart = frame(&root, -0.5f64..n as f64 - 0.5, top, categories, n.min(13) * 2 + 1, scale)?;
         // Side by side, only the series with a bar to draw share a category's width.
         let drawn: Vec<&Series> = series.iter().filter(|s| s.values.iter().flatten().any(|v| *v != 0.0)).collect();
         let width = if stacked { 0.7 } else { 0.8 / drawn.len() as f64 };
@@ -236,6 +184,52 @@ pub fn bars(categories: &[String], series: &[Series], stacked: bool, scale: Scal
         root.present().map_err(err)?;
     }
     Ok(Some(svg))
+}
+
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// A chart's frame on `root`: x over `x`, y over 0..`top`; the x axis labelled with `labels` at
+/// whole numbers (`ticks` tick positions asked for), the y axis in `scale`, grey axes and grid.
+fn frame<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    x: std::ops::Range<f64>,
+    top: f64,
+    labels: &[String],
+    ticks: usize,
+    scale: Scale,
+) -> Result<Chart<'a, 'b>, String> {
+    let mut chart = ChartBuilder::on(root)
+        .margin(12)
+        .x_label_area_size(28)
+        .y_label_area_size(56)
+        .build_cartesian_2d(x, 0f64..top)
+        .map_err(err)?;
+    let label = |v: &f64| {
+        let i = v.round();
+        if (v - i).abs() < 1e-6 && i >= 0.0 {
+            labels.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .max_light_lines(0)
+        .bold_line_style(GRID)
+        .axis_style(AXIS)
+        .x_labels(ticks)
+        .x_label_formatter(&label)
+        .y_labels(6)
+        .y_label_formatter(&|v| scale.label(*v))
+        .label_style(("sans-serif", 12).into_font().color(&AXIS))
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
 }
 
 fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(

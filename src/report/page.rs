@@ -901,6 +901,11 @@ pub fn overview(source: &str, generated_at: DateTime<Utc>, rows: &[OverviewRow])
     let fig = |r: &OverviewRow, k: &str| r.figures.get(k).cloned().unwrap_or(Value::Null);
     // Numbers sort as numbers; a missing one has no key, and sorts last.
     let num_cell = |v: Value, shown: String| cell(v.as_f64().map(|f| f.to_string()).unwrap_or_default(), esc(&shown));
+    let count_cell = |r: &OverviewRow, k: &str| {
+        let v = fig(r, k);
+        let shown = v.as_i64().map_or("–".into(), int_text);
+        num_cell(v, shown)
+    };
     let table_rows: Vec<Vec<Cell>> = sorted
         .iter()
         .map(|r| {
@@ -919,26 +924,11 @@ pub fn overview(source: &str, generated_at: DateTime<Utc>, rows: &[OverviewRow])
                 ),
                 cell(last.map(|t| t.timestamp().to_string()).unwrap_or_default(), esc(&last.map_or("–".into(), stamp))),
                 Cell::Text(fig(r, "last_sync_mode").as_str().unwrap_or("–").to_owned()),
-                num_cell(
-                    fig(r, "last_run_requests"),
-                    fig(r, "last_run_requests").as_i64().map_or("–".into(), int_text),
-                ),
-                num_cell(
-                    fig(r, "last_run_rate_limited"),
-                    fig(r, "last_run_rate_limited").as_i64().map_or("–".into(), int_text),
-                ),
-                num_cell(
-                    fig(r, "applications_total"),
-                    fig(r, "applications_total").as_i64().map_or("–".into(), int_text),
-                ),
-                num_cell(
-                    fig(r, "applications_pending"),
-                    fig(r, "applications_pending").as_i64().map_or("–".into(), int_text),
-                ),
-                num_cell(
-                    fig(r, "views_last_full_week"),
-                    fig(r, "views_last_full_week").as_i64().map_or("–".into(), int_text),
-                ),
+                count_cell(r, "last_run_requests"),
+                count_cell(r, "last_run_rate_limited"),
+                count_cell(r, "applications_total"),
+                count_cell(r, "applications_pending"),
+                count_cell(r, "views_last_full_week"),
                 num_cell(fig(r, "views_wow_change"), change_text(fig(r, "views_wow_change").as_f64())),
                 num_cell(fig(r, "acceptance_rate"), rate_text(fig(r, "acceptance_rate").as_f64())),
             ]
