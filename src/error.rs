@@ -80,6 +80,32 @@ impl Error {
     }
 
     /// The message with its causes, `a: b: c`, each said once.
+    /// What reports, status files, lineage events and the HTML report keep of a failure: its
+    /// [`report`](Self::report), except that a lock held by another process is named by its pid
+    /// only: the holder's description (for the warehouse file, its command line, which may carry
+    /// anything) stays on the terminal of the command that meets it.
+    pub fn recorded(&self) -> String {
+        let pid =
+            |holder: &str| crate::out::holder_pid(holder).map_or("pid unknown".to_owned(), |p| format!("pid {p}"));
+        match self {
+            Error::Out(OutError::Locked { out, holder })
+            | Error::Extract(ExtractError::Out(OutError::Locked { out, holder }))
+            | Error::Action(ActionError::Out(OutError::Locked { out, holder })) => format!(
+                "another run holds the lock on `{out}` ({}); wait for it to finish, or check that it is still running",
+                pid(holder)
+            ),
+            Error::Load(LoadError::Locked { path, holder })
+            | Error::Action(ActionError::Warehouse(LoadError::Locked { path, holder })) => format!(
+                "the warehouse `{path}` is held by another process ({}); close it (readers use the snapshot `warehouse.duckdb`), then rerun",
+                pid(holder)
+            ),
+            e if e.exit_code() == exit::LOCKED => {
+                format!("another process holds this organization's files ({})", pid(&e.report()))
+            }
+            e => e.report(),
+        }
+    }
+
     pub fn report(&self) -> String {
         let mut out = self.to_string();
         let mut source = std::error::Error::source(self);

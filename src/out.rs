@@ -89,19 +89,21 @@ impl OutDir {
         self.root.join("state")
     }
 
-    /// Who holds the directory's lock now, if another open of it does (a run in progress): what
-    /// it recorded. Taking the lock to find out releases it at once.
+    /// Who holds the directory's lock now (a run in progress): what it recorded. The lock is
+    /// never taken to find out (a run starting at that moment must not find it busy): the
+    /// kernel's table of locks (`/proc/locks`, Linux) says whether the lock file is locked, and
+    /// the process it names must be alive. Elsewhere, None.
     pub fn lock_holder(&self) -> Option<String> {
-        let mut file = fs::File::open(self.root.join(".lock")).ok()?;
-        match file.try_lock() {
-            Ok(()) => None,
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = holder.trim();
-                Some(if holder.is_empty() { "unknown run".into() } else { holder.to_owned() })
-            }
-            Err(std::fs::TryLockError::Error(_)) => None,
+        let path = self.root.join(".lock");
+        let meta = fs::metadata(&path).ok()?;
+        if !flock_held(&meta) {
+            return None;
+        }
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let holder = text.trim();
+        match holder_pid(holder) {
+            Some(pid) if !Path::new(&format!("/proc/{pid}")).exists() => None,
+            _ => Some(if holder.is_empty() { "unknown run".into() } else { holder.to_owned() }),
         }
     }
 
@@ -138,6 +140,24 @@ impl OutDir {
         let _ = file.flush();
         Ok(OutLock { _file: file })
     }
+}
+
+/// Whether `/proc/locks` lists an `flock` on the file (by its inode; a waiter's `->` line is not
+/// a holder).
+#[cfg(target_os = "linux")]
+fn flock_held(meta: &fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(locks) = fs::read_to_string("/proc/locks") else { return false };
+    let inode = format!(":{}", meta.ino());
+    locks.lines().any(|l| {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        fields.get(1) == Some(&"FLOCK") && fields.get(5).is_some_and(|id| id.ends_with(&inode))
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn flock_held(_: &fs::Metadata) -> bool {
+    false
 }
 
 /// The process id that a lock holder's description names: `(pid 123, …)` in this crate's lock

@@ -31,7 +31,20 @@ impl ReportArgs {
             )])
         })?;
         let source = super::query::source(self.lake.as_deref(), self.org.as_deref(), None, global)?;
-        if self.lake.is_none() && !global.out.join("warehouse.duckdb").exists() && global.out.join("orgs").is_dir() {
+        // A fleet whose organizations keep their own warehouses has no fleet warehouse (its
+        // writer's file, `state/warehouse.duckdb`, neither), but published organizations' ones.
+        let per_org = || {
+            std::fs::read_dir(global.out.join("orgs"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.path().join("warehouse.duckdb").is_file())
+        };
+        if self.lake.is_none()
+            && !global.out.join("warehouse.duckdb").exists()
+            && !global.out.join("state/warehouse.duckdb").exists()
+            && per_org()
+        {
             return Err(Error::Config(vec![format!(
                 "`{}` holds a fleet whose organizations keep their own warehouses (`fleet run --warehouse per-org`): \
                  write each one's report with `creator-etl report --out {}/orgs/NAME`",

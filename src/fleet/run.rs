@@ -17,11 +17,10 @@ use chrono::Utc;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::action::{ActionError, ActionReport};
+use crate::action::ActionReport;
 use crate::api::{ApiError, Client, Transport};
 use crate::extract::ExtractError;
-use crate::load::LoadError;
-use crate::out::{OutDir, OutError};
+use crate::out::OutDir;
 use crate::sync::Sharing;
 use crate::{exit, Error};
 
@@ -196,30 +195,6 @@ fn spent_budget(e: &Error) -> Option<u64> {
     }
 }
 
-/// What the report, the status file and the lineage events say of a failure. A lock held by
-/// another process is named by its pid only: the holder's description (for the warehouse file,
-/// its command line, which may carry anything) stays on the terminal of a command that meets it.
-fn recorded(e: &Error) -> String {
-    let pid = |holder: &str| crate::out::holder_pid(holder).map_or("pid unknown".to_owned(), |p| format!("pid {p}"));
-    match e {
-        Error::Out(OutError::Locked { out, holder })
-        | Error::Extract(ExtractError::Out(OutError::Locked { out, holder }))
-        | Error::Action(ActionError::Out(OutError::Locked { out, holder })) => format!(
-            "another run holds the lock on `{out}` ({}); wait for it to finish, or check that it is still running",
-            pid(holder)
-        ),
-        Error::Load(LoadError::Locked { path, holder })
-        | Error::Action(ActionError::Warehouse(LoadError::Locked { path, holder })) => format!(
-            "the warehouse `{path}` is held by another process ({}); close it (readers use the snapshot `warehouse.duckdb`), then rerun",
-            pid(holder)
-        ),
-        e if e.exit_code() == exit::LOCKED => {
-            format!("another process holds this organization's files ({})", pid(&e.report()))
-        }
-        e => e.report(),
-    }
-}
-
 /// Records an actions stage's end in the organization's row.
 fn record_actions(report: &mut OrgReport, actions: &ActionReport, stop: impl FnOnce() -> Stop) {
     let code = crate::sync::actions_code(actions);
@@ -329,7 +304,7 @@ async fn run_org(
         Err(e) => {
             let code = e.exit_code();
             report.exit_code = code;
-            report.error = Some(recorded(&e));
+            report.error = Some(e.recorded());
             report.outcome = Outcome::Failed;
             if code == exit::INTERRUPTED {
                 match stop_of(stop_cause, spent_budget(&e), options, "the next run resumes") {

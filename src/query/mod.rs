@@ -201,6 +201,9 @@ pub enum Reader {
     Fleet { path: PathBuf, holds: Vec<String> },
     /// A lake snapshot; it lists its organizations.
     Lake { snapshot: Box<lake::Snapshot>, holds: Vec<String> },
+    /// No data yet for these organizations (a fleet whose warehouse is not published yet): empty
+    /// tables and views with one organization's columns, the same for each.
+    Nothing { conn: duckdb::Connection, holds: Vec<String> },
 }
 
 impl Reader {
@@ -223,12 +226,20 @@ impl Reader {
         }
     }
 
+    /// An in-memory warehouse with one organization's empty tables and views, standing for
+    /// `holds`, which have no data yet.
+    pub fn nothing(holds: Vec<String>) -> Result<Reader, QueryError> {
+        let conn = duckdb::Connection::open_in_memory().map_err(db)?;
+        crate::load::warehouse::migrate(&conn).map_err(|e| QueryError::Db(e.to_string()))?;
+        Ok(Reader::Nothing { conn, holds })
+    }
+
     /// The organizations a fleet warehouse or a lake holds, sorted; `None` for one
     /// organization's warehouse.
     pub fn holds(&self) -> Option<&[String]> {
         match self {
             Reader::Own(_) => None,
-            Reader::Fleet { holds, .. } | Reader::Lake { holds, .. } => Some(holds),
+            Reader::Fleet { holds, .. } | Reader::Lake { holds, .. } | Reader::Nothing { holds, .. } => Some(holds),
         }
     }
 
@@ -241,13 +252,13 @@ impl Reader {
     /// One connection that reads the organizations one after the other ([`Switchable::select`]):
     /// its views filter on a connection variable, so switching costs one statement.
     pub fn switchable(&self) -> Result<Switchable, QueryError> {
-        let switches = !matches!(self, Reader::Own(_));
+        let switches = matches!(self, Reader::Fleet { .. } | Reader::Lake { .. });
         Ok(Switchable { conn: self.views(Rows::Switched)?, switches })
     }
 
     fn views(&self, rows: Rows<'_>) -> Result<duckdb::Connection, QueryError> {
         match self {
-            Reader::Own(conn) => conn.try_clone().map_err(db),
+            Reader::Own(conn) | Reader::Nothing { conn, .. } => conn.try_clone().map_err(db),
             Reader::Fleet { path, .. } => fleet_views(path, rows),
             Reader::Lake { snapshot, .. } => {
                 let conn = duckdb::Connection::open_in_memory().map_err(db)?;

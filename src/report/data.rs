@@ -195,29 +195,6 @@ impl Health {
         let completed = last.and_then(|r| text(r, "status")).is_none_or(|s| s == "completed" || s == "loaded");
         let age = last_synced_at.map(|t| (now - t).to_std().unwrap_or_default());
         let (state, headline) = match (failed, last_synced_at) {
-            (None, _) if running.is_some() => {
-                if age.is_some_and(|a| a > stale_after) {
-                    notes.push(format!(
-                        "The last finished sync is older than {}.",
-                        humantime::format_duration(stale_after)
-                    ));
-                }
-                (
-                    HealthState::Running,
-                    format!(
-                        "Running: {} holds the output directory now. {}",
-                        running.unwrap_or_default(),
-                        match (last_synced_at, age) {
-                            (Some(t), Some(a)) => format!(
-                                "The data below is from the sync that finished {}, {} before this page was made.",
-                                stamp(t),
-                                ago(a)
-                            ),
-                            _ => "Nothing has been loaded yet.".into(),
-                        }
-                    ),
-                )
-            }
             (Some(f), _) => (
                 HealthState::Failed,
                 format!(
@@ -265,6 +242,29 @@ impl Health {
                     )
                 }
             }
+        };
+        // A run in progress: the page says so, but never instead of a failure or of data
+        // older than `--stale-after`.
+        let (state, headline) = match (running, state) {
+            (Some(holder), HealthState::Fresh | HealthState::Never) => (
+                HealthState::Running,
+                format!(
+                    "Running: {holder} holds the output directory now. {}",
+                    match (last_synced_at, age) {
+                        (Some(t), Some(a)) => format!(
+                            "The data below is from the sync that finished {}, {} before this page was made.",
+                            stamp(t),
+                            ago(a)
+                        ),
+                        _ => "Nothing has been loaded yet.".into(),
+                    }
+                ),
+            ),
+            (Some(holder), state) => {
+                notes.insert(0, format!("A run holds the output directory now: {holder}."));
+                (state, headline)
+            }
+            (None, state) => (state, headline),
         };
         Health { state, headline, notes, last_synced_at }
     }
@@ -356,9 +356,19 @@ mod tests {
             now,
             day,
         );
+        assert_eq!(h.state, HealthState::Stale, "a run in progress does not hide old data");
+        assert!(
+            h.notes[0].starts_with("A run holds the output directory now: run 20261125T110000Z-1"),
+            "{:?}",
+            h.notes
+        );
+        let holder = Some("run 20261125T110000Z-1 (pid 7, since 2026-11-25T11:00:00Z)");
+        let fresh = answers(vec![run("2026-11-25T10:00:00+00:00", "completed")]);
+        let h = Health::of(&fresh, None, holder, now, day);
         assert_eq!(h.state, HealthState::Running);
         assert!(h.headline.starts_with("Running: run 20261125T110000Z-1 (pid 7"), "{}", h.headline);
-        assert!(h.notes.iter().any(|n| n.contains("older than 1day 2h")), "{:?}", h.notes);
+        let h = Health::of(&fresh, Some(&failed), holder, now, day);
+        assert_eq!(h.state, HealthState::Failed, "nor an earlier failure");
     }
 
     #[test]

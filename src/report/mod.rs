@@ -85,7 +85,14 @@ pub struct PageSummary {
 
 /// Writes the report; the caller validated the request.
 pub async fn write(config: ReportConfig) -> Result<ReportSummary, Error> {
-    let reader = Reader::open(&config.source).await?;
+    let reader = match (&config.source, &config.state) {
+        // A fleet whose warehouse is not published yet (every organization's first sync
+        // failed): its organizations' status files still make an overview, over no data.
+        (Source::Warehouse { path, .. }, RunState::Fleet(out)) if !path.exists() && !fleet_members(out).is_empty() => {
+            Reader::nothing(vec![])?
+        }
+        _ => Reader::open(&config.source).await?,
+    };
     tokio::task::spawn_blocking(move || write_blocking(&reader, &config))
         .await
         .map_err(|e| Error::Query(QueryError::Db(format!("the report task failed: {e}"))))?
@@ -185,22 +192,22 @@ fn not_loaded(state: &RunState, org: Option<&str>, answers: &data::Answers) -> (
         (RunState::Fleet(out), Some(org)) => (OutDir::new(crate::fleet::status::org_dir(out, org)), false),
         _ => return (None, None),
     };
-    if !locked_here {
-        if let Some(holder) = out.lock_holder() {
-            return (None, Some(holder));
-        }
+    let running = if locked_here { None } else { out.lock_holder() };
+    // The newest of what the fleet's status file, `run`'s record and the raw runs tell. While a
+    // run is in progress, an unfinished raw run is most likely its own: not a failure.
+    let mut failures = vec![fleet_failure(out.root(), newer), last_run_failure(&out, newer)];
+    if running.is_none() {
+        failures.push(raw_run_not_loaded(&out, runs, newer));
     }
-    // A fleet's status file and `run`'s record say why the last run failed; the raw runs only
-    // that one did.
-    let failed = fleet_failure(out.root(), newer)
-        .or_else(|| last_run_failure(&out, newer))
-        .or_else(|| raw_run_not_loaded(&out, runs, newer));
-    (failed, None)
+    let failed = failures.into_iter().flatten().max_by_key(|f| f.at);
+    (failed, running)
 }
 
 /// How the last `run` of an output directory ended: `OUT/state/last-run.json`, written by `run`
 /// when it finishes or fails, so that a later report knows of a failure that left no raw run
-/// (a preflight that failed) or came after the load (the actions, the lake push).
+/// (a preflight that failed) or came after the load (the actions, the lake push). A `load` or
+/// `actions apply` that succeeds clears a failure (records a success). The error is kept as
+/// [`Error::recorded`] gives it: a lock's holder by its pid only.
 #[derive(Debug, Serialize, serde::Deserialize)]
 pub struct LastRun {
     pub finished_at: DateTime<Utc>,
@@ -270,7 +277,22 @@ fn raw_run_not_loaded(out: &OutDir, loaded: &[data::Row], newer: impl Fn(DateTim
 /// run after the last load did not complete.
 fn fleet_failure(org_out: &Path, newer: impl Fn(DateTime<Utc>) -> bool) -> Option<FailedRun> {
     use crate::fleet::report::Outcome;
-    let (status, _) = crate::fleet::status::read_status(org_out);
+    let (status, problem) = crate::fleet::status::read_status(org_out);
+    if let Some(problem) = problem {
+        // What the last run did is unknown: say so, as a failure, rather than guess.
+        tracing::warn!(%problem, "an organization's fleet status cannot be read");
+        if status.last_outcome.is_none_or(|o| o != Outcome::Completed) {
+            // When: the run it recorded, or else when the file was last written.
+            let written = std::fs::metadata(crate::fleet::status::status_path(org_out))
+                .and_then(|m| m.modified())
+                .ok()
+                .map(DateTime::<Utc>::from);
+            return Some(FailedRun {
+                at: status.last_run_at.or(written),
+                what: format!("how its last run ended is unknown, its fleet status cannot be read: {problem}"),
+            });
+        }
+    }
     let outcome = status.last_outcome.filter(|o| *o != Outcome::Completed)?;
     let at = status.last_error_at.or(status.last_run_at);
     if !at.is_none_or(newer) {

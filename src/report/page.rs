@@ -411,15 +411,18 @@ fn metric_rows<'a>(a: &'a Answers, metric: &str) -> Vec<&'a Row> {
     rows
 }
 
-/// A full week's change on the week before (`weekly_trend`'s column `col`), only when the week
-/// before is full too: a change on a partly loaded week would read as a jump.
-fn full_week_change(all: &[Row], week: &Row, col: &str) -> Option<f64> {
-    let start = date(week, "week_start")?;
-    let before = all.iter().find(|r| date(r, "week_start") == Some(start - chrono::Duration::days(7)))?;
-    if flag(before, "complete") == Some(true) {
-        num(week, col)
-    } else {
-        None
+/// A full week's change on the week before (`weekly_trend`'s column `{metric}_pct_change`),
+/// only when the week before is full too: a change on a partly loaded week would read as a jump.
+/// Otherwise why there is none.
+fn full_week_change(all: &[Row], week: &Row, metric: &str) -> Result<f64, String> {
+    let not_full = || "the week before is not fully loaded".to_owned();
+    let start = date(week, "week_start").ok_or_else(not_full)?;
+    let before = all.iter().find(|r| date(r, "week_start") == Some(start - chrono::Duration::days(7)));
+    match before {
+        Some(b) if flag(b, "complete") == Some(true) => {
+            num(week, &format!("{metric}_pct_change")).ok_or_else(|| format!("the week before had no {metric}"))
+        }
+        _ => Err(not_full()),
     }
 }
 
@@ -430,19 +433,20 @@ fn content(a: &Answers) -> Section {
     match weeks.last() {
         Some(w) => {
             let label = date(w, "week_start").map(iso_week).unwrap_or_default();
-            for (metric, pct) in [("views", "views_pct_change"), ("likes", "likes_pct_change")] {
+            for metric in ["views", "likes"] {
                 let total = int(w, metric);
-                let change = full_week_change(all, w, pct);
+                let change = full_week_change(all, w, metric);
                 s.figure(
                     &format!("{metric}_last_full_week"),
                     format!("{}, ISO week {label}", capital(metric)),
                     opt_int(total),
                     opt_json(total),
-                    Some(match change {
-                        Some(_) => format!("{} on the week before", change_text(change)),
-                        None => "the week before is not fully loaded".to_owned(),
+                    Some(match &change {
+                        Ok(c) => format!("{} on the week before", change_text(Some(*c))),
+                        Err(why) => why.clone(),
                     }),
                 );
+                let change = change.ok();
                 s.figure(
                     &format!("{metric}_wow_change"),
                     format!("{} week over week, ISO week {label}", capital(metric)),
@@ -496,9 +500,9 @@ fn content(a: &Answers) -> Section {
                 vec![
                     date(w, "week_start").map(iso_week).unwrap_or_default(),
                     opt_int(int(w, "views")),
-                    change_text(full_week_change(all, w, "views_pct_change")),
+                    change_text(full_week_change(all, w, "views").ok()),
                     opt_int(int(w, "likes")),
-                    change_text(full_week_change(all, w, "likes_pct_change")),
+                    change_text(full_week_change(all, w, "likes").ok()),
                 ]
             })
             .collect();
@@ -1089,6 +1093,16 @@ mod tests {
         let wow = s.figures.iter().find(|f| f.key == "views_wow_change").unwrap();
         assert_eq!(wow.value, Value::Null, "no change on a partly loaded week");
         assert!(s.figures.iter().any(|f| f.note.as_deref() == Some("the week before is not fully loaded")));
+        // A full week before with nothing in it: no change either, and the note says why.
+        let a = answers_of(
+            "weekly_trend",
+            json!([
+                {"week_start": "2026-11-09", "views": 0, "views_pct_change": null, "likes": 0, "likes_pct_change": null, "complete": true},
+                {"week_start": "2026-11-16", "views": 700, "views_pct_change": null, "likes": 70, "likes_pct_change": null, "complete": true},
+            ]),
+        );
+        let s = content(&a);
+        assert!(s.figures.iter().any(|f| f.note.as_deref() == Some("the week before had no views")));
     }
 
     #[test]

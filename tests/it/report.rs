@@ -348,6 +348,42 @@ fn empty_and_thin_organizations_get_sentences_not_broken_charts() {
     assert_eq!(report::<Value>(&o)["pages"][0]["health"], "failed");
     let html = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
     assert!(html.contains("did not finish its extract"), "the unfinished run shows");
+    // A run refused because another process holds the writer's warehouse file: the record and
+    // the page name that process by its pid only, never its command line (which may carry
+    // anything).
+    let writer = thin.join("state/warehouse.duckdb");
+    let script = dir.path().join("h.py");
+    std::fs::write(
+        &script,
+        "import duckdb, sys, time\nc = duckdb.connect(sys.argv[2])\nprint('held', flush=True)\ntime.sleep(60)\n",
+    )
+    .unwrap();
+    let mut holder = Command::new(notebook_python())
+        .arg(&script)
+        .arg("--api-token=TOPSECRET123")
+        .arg(&writer)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "held");
+    let o = Bin::new(dir.path()).args(["run", "--since-days", "3"]).emu(&emu).out(&thin).key(FULL_KEY).expect(5);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("TOPSECRET123"),
+        "the terminal names the holder in full: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let record = std::fs::read_to_string(thin.join("state/last-run.json")).unwrap();
+    assert!(record.contains("held by another process (pid "), "{record}");
+    let page = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
+    assert!(page.contains("held by another process (pid "), "the page shows the refusal");
+    for text in [&record, &page] {
+        assert!(!text.contains("TOPSECRET123"), "never the holder's command line");
+    }
+    std::fs::remove_file(thin.join("state/last-run.json")).unwrap();
     // While a run holds the output directory, the page says so rather than failed.
     let lock = creator_etl::out::OutDir::new(&thin).lock("20261125T000000Z-test").unwrap();
     let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(0);
@@ -381,6 +417,56 @@ fn empty_and_thin_organizations_get_sentences_not_broken_charts() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("no warehouse at"));
     let o = Bin::new(dir.path()).args(["report", "--org", "acme"]).out(&thin).expect(2);
     assert!(String::from_utf8_lossy(&o.stderr).contains("one organization's warehouse"));
+}
+
+/// A fleet whose first syncs all failed has no warehouse to read, but its organizations' status
+/// files make an overview of failures; a status file that cannot be read shows as unknown,
+/// failed.
+#[test]
+fn a_fleet_whose_first_syncs_failed_gets_an_overview_of_its_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let file = dir.path().join("fleet.toml");
+    std::fs::write(
+        &file,
+        "[[organization]]\nname = \"acme\"\nkey_env = \"K1\"\n[[organization]]\nname = \"beta\"\nkey_env = \"K2\"\n",
+    )
+    .unwrap();
+    let args = [
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--max-attempts",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "fleet",
+        "run",
+        "--config",
+    ];
+    let o = Bin::new(dir.path()).args(args).args([file.to_str().unwrap()]).env("K1", "key-1").env("K2", "key-2").run();
+    assert_ne!(o.status.code(), Some(0), "{}", show(&args, &o));
+    assert!(!out.join("warehouse.duckdb").exists(), "nothing published");
+    std::fs::write(out.join("orgs/beta/state/fleet-status.json"), "{\"last_outcome\": ").unwrap();
+    let o = Bin::new(dir.path()).args(["report"]).out(&out).expect(0);
+    let summary: Value = report(&o);
+    let pages = summary["pages"].as_array().unwrap();
+    assert_eq!(pages.len(), 2);
+    for page in pages {
+        assert_eq!(page["health"], "failed", "{page}");
+        assert!(page["sections"].as_object().unwrap().values().all(|v| v == "sentences"), "{page}");
+    }
+    let html = std::fs::read_to_string(out.join("report/index.html")).unwrap();
+    assert!(html.contains("2 organizations: 2 failed"));
+    let acme = std::fs::read_to_string(out.join("report/org/acme.html")).unwrap();
+    assert!(
+        acme.contains("Failed: the fleet&#39;s last run of it ended failed")
+            && acme.contains("Nothing has been loaded yet.")
+    );
+    let beta = std::fs::read_to_string(out.join("report/org/beta.html")).unwrap();
+    assert!(
+        beta.contains("how its last run ended is unknown, its fleet status cannot be read"),
+        "a damaged status file"
+    );
 }
 
 /// A lake of two organizations: an overview whose table lists both and sorts in the browser, a
