@@ -79,7 +79,6 @@ impl Error {
         }
     }
 
-    /// The message with its causes, `a: b: c`, each said once.
     /// What reports, status files, lineage events and the HTML report keep of a failure: its
     /// [`report`](Self::report), except that a lock held by another process is named by its pid
     /// only: the holder's description (for the warehouse file, its command line, which may carry
@@ -106,6 +105,7 @@ impl Error {
         }
     }
 
+    /// The message with its causes, `a: b: c`, each said once.
     pub fn report(&self) -> String {
         let mut out = self.to_string();
         let mut source = std::error::Error::source(self);

@@ -89,21 +89,21 @@ impl OutDir {
         self.root.join("state")
     }
 
-    /// Who holds the directory's lock now (a run in progress): what it recorded. The lock is
-    /// never taken to find out (a run starting at that moment must not find it busy): the
-    /// kernel's table of locks (`/proc/locks`, Linux) says whether the lock file is locked, and
-    /// the process it names must be alive. Elsewhere, None.
+    /// Who holds the directory's lock now (a run in progress): what it recorded. Finding out
+    /// takes the lock for an instant (the only answer that holds across pid namespaces and
+    /// network filesystems); [`lock`](Self::lock) waits a moment for a busy lock, so a run
+    /// starting at that instant is not refused.
     pub fn lock_holder(&self) -> Option<String> {
-        let path = self.root.join(".lock");
-        let meta = fs::metadata(&path).ok()?;
-        if !flock_held(&meta) {
-            return None;
-        }
-        let text = fs::read_to_string(&path).unwrap_or_default();
-        let holder = text.trim();
-        match holder_pid(holder) {
-            Some(pid) if !Path::new(&format!("/proc/{pid}")).exists() => None,
-            _ => Some(if holder.is_empty() { "unknown run".into() } else { holder.to_owned() }),
+        let mut file = fs::File::open(self.root.join(".lock")).ok()?;
+        match file.try_lock() {
+            Ok(()) => None,
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                Some(if holder.is_empty() { "unknown run".into() } else { holder.to_owned() })
+            }
+            Err(std::fs::TryLockError::Error(_)) => None,
         }
     }
 
@@ -119,7 +119,18 @@ impl OutDir {
             .truncate(false)
             .open(&path)
             .map_err(io_err("open", &path))?;
-        match file.try_lock() {
+        // A busy lock may be a report looking for a holder (`lock_holder`): it lets go at once.
+        let mut tries = 0;
+        let taken = loop {
+            match file.try_lock() {
+                Err(std::fs::TryLockError::WouldBlock) if tries < LOCK_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(25));
+                }
+                other => break other,
+            }
+        };
+        match taken {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
                 let mut holder = String::new();
@@ -142,23 +153,9 @@ impl OutDir {
     }
 }
 
-/// Whether `/proc/locks` lists an `flock` on the file (by its inode; a waiter's `->` line is not
-/// a holder).
-#[cfg(target_os = "linux")]
-fn flock_held(meta: &fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(locks) = fs::read_to_string("/proc/locks") else { return false };
-    let inode = format!(":{}", meta.ino());
-    locks.lines().any(|l| {
-        let fields: Vec<&str> = l.split_whitespace().collect();
-        fields.get(1) == Some(&"FLOCK") && fields.get(5).is_some_and(|id| id.ends_with(&inode))
-    })
-}
-
-#[cfg(not(target_os = "linux"))]
-fn flock_held(_: &fs::Metadata) -> bool {
-    false
-}
+/// How many times [`OutDir::lock`] tries a busy lock again, 25 ms apart, before it reports the
+/// holder: a quarter of a second.
+const LOCK_TRIES: u32 = 10;
 
 /// The process id that a lock holder's description names: `(pid 123, …)` in this crate's lock
 /// file, `(PID 123)` in DuckDB's lock error. Reports name a holder by this alone.
@@ -251,6 +248,19 @@ mod tests {
         drop(lock);
         assert_eq!(out.lock_holder(), None);
         let _again = out.lock("run-b").unwrap();
+    }
+
+    #[test]
+    fn a_lock_let_go_of_within_a_moment_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::new(dir.path());
+        let held = out.lock("a report's look").unwrap();
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(60));
+            drop(held);
+        });
+        assert!(out.lock("run-b").is_ok(), "a run waits out a moment's hold");
+        letting_go.join().unwrap();
     }
 
     #[test]

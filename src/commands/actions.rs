@@ -77,9 +77,8 @@ pub async fn apply(args: &ActionsArgs, global: &GlobalArgs) -> Result<u8, Error>
     let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("actions")?;
     let report = crate::action::apply(&config, &reviewed, &client, crate::stop::stop_signal()).await?;
-    // A failure the last `run` recorded (its actions stage, say) is behind: the report stops
-    // showing it.
-    crate::report::record_last_run(&config.out, None);
+    // A failure of the last `run`'s actions stage is behind: the report stops showing it.
+    crate::report::clear_last_run(&config.out, &[crate::report::Stage::Actions]);
     print_json(&report)?;
     Ok(actions_exit_code(&report))
 }

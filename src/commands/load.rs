@@ -9,6 +9,7 @@ use reqwest::Url;
 use super::{print_json, GlobalArgs};
 use crate::load::LoadConfig;
 use crate::out::OutDir;
+use crate::report::Stage;
 use crate::sync::{load_blocking, push_to_lake, restore_from_lake};
 use crate::{exit, Error};
 
@@ -129,8 +130,10 @@ pub async fn exec(args: &LoadArgs, global: &GlobalArgs) -> Result<u8, Error> {
     if let Some(lake) = &lake {
         loaded.lake = Some(push_to_lake(&out, lake, &crate::load::lake::committed_tables(), None).await?);
     }
-    // A failure the last `run` recorded is repaired: the report stops showing it.
-    crate::report::record_last_run(&out, None);
+    // A failure of these stages that the last `run` recorded is repaired: the report stops
+    // showing it (a failed lake push only when this load pushed to the lake).
+    let stages: &[Stage] = if lake.is_some() { &[Stage::Sync, Stage::Lake] } else { &[Stage::Sync] };
+    crate::report::clear_last_run(&out, stages);
     print_json(&loaded)?;
     Ok(exit::OK)
 }

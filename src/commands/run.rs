@@ -98,13 +98,9 @@ pub async fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
         Err(e) => {
             // The page shows the failure at the top, over the data of the last load; a later
             // `report` reads it from the record.
-            crate::report::record_last_run(&out, Some(e.recorded()));
+            crate::report::record_last_run(&out, Some(&e));
             if !args.no_report && out.root().join("warehouse.duckdb").is_file() {
-                let failed = FailedRun {
-                    at: Some(chrono::Utc::now()),
-                    what: format!("`creator-etl run` failed: {}", e.recorded()),
-                };
-                write_report(&out, Some(failed)).await;
+                write_report(&out, Some(crate::report::run_failed(&e))).await;
             }
             return Err(e);
         }

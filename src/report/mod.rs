@@ -89,6 +89,20 @@ pub async fn write(config: ReportConfig) -> Result<ReportSummary, Error> {
         // A fleet whose warehouse is not published yet (every organization's first sync
         // failed): its organizations' status files still make an overview, over no data.
         (Source::Warehouse { path, .. }, RunState::Fleet(out)) if !path.exists() && !fleet_members(out).is_empty() => {
+            // Its writer's file is made before the first load: only one that holds no rows
+            // means nothing was loaded (one that holds rows is loaded, not yet published).
+            let writer = out.join("state").join("warehouse.duckdb");
+            let empty = || async {
+                let source = Source::Warehouse { path: writer.clone(), org: None };
+                Reader::open(&source).await.ok().is_some_and(|r| r.holds().is_some_and(|h| h.is_empty()))
+            };
+            if writer.exists() && !empty().await {
+                return Err(Error::Config(vec![format!(
+                    "the fleet warehouse `{}` is not published yet (its writer's file `state/warehouse.duckdb` is there): \
+                     the next `fleet run` publishes it; `creator-etl fleet status` shows each organization meanwhile",
+                    path.display()
+                )]));
+            }
             Reader::nothing(vec![])?
         }
         _ => Reader::open(&config.source).await?,
@@ -187,32 +201,59 @@ fn not_loaded(state: &RunState, org: Option<&str>, answers: &data::Answers) -> (
     let runs = answers.rows("run_health");
     let loaded_at = runs.first().and_then(|r| data::time(r, "finished_at"));
     let newer = |at: DateTime<Utc>| loaded_at.is_none_or(|l| at > l);
-    let (out, locked_here) = match (state, org) {
-        (RunState::Own { out, locked_here }, _) => (out.clone(), *locked_here),
-        (RunState::Fleet(out), Some(org)) => (OutDir::new(crate::fleet::status::org_dir(out, org)), false),
+    let (out, locked_here, fleet) = match (state, org) {
+        (RunState::Own { out, locked_here }, _) => (out.clone(), *locked_here, false),
+        (RunState::Fleet(out), Some(org)) => (OutDir::new(crate::fleet::status::org_dir(out, org)), false, true),
         _ => return (None, None),
     };
     let running = if locked_here { None } else { out.lock_holder() };
-    // The newest of what the fleet's status file, `run`'s record and the raw runs tell. While a
-    // run is in progress, an unfinished raw run is most likely its own: not a failure.
+    // The newest of what the fleet's status file, `run`'s record and the raw runs tell (one with
+    // no time counts as newest). While a run is in progress, an unfinished raw run is most
+    // likely its own: not a failure. A fleet's organization's raw runs are its status file's
+    // business (its loads go into the fleet warehouse, in batches).
     let mut failures = vec![fleet_failure(out.root(), newer), last_run_failure(&out, newer)];
-    if running.is_none() {
+    if running.is_none() && !fleet {
         failures.push(raw_run_not_loaded(&out, runs, newer));
     }
-    let failed = failures.into_iter().flatten().max_by_key(|f| f.at);
+    let failed = failures.into_iter().flatten().max_by_key(|f| (f.at.is_none(), f.at));
     (failed, running)
 }
 
 /// How the last `run` of an output directory ended: `OUT/state/last-run.json`, written by `run`
 /// when it finishes or fails, so that a later report knows of a failure that left no raw run
-/// (a preflight that failed) or came after the load (the actions, the lake push). A `load` or
-/// `actions apply` that succeeds clears a failure (records a success). The error is kept as
-/// [`Error::recorded`] gives it: a lock's holder by its pid only.
+/// (a preflight that failed) or came after the load (the actions, the lake push). The error is
+/// kept as [`Error::recorded`] gives it: a lock's holder by its pid only. A later command that
+/// redoes the failed stage and succeeds clears it ([`clear_last_run`]).
 #[derive(Debug, Serialize, serde::Deserialize)]
 pub struct LastRun {
     pub finished_at: DateTime<Utc>,
     /// Why it failed; None when it completed.
     pub error: Option<String>,
+    /// The stage that failed.
+    #[serde(default)]
+    pub stage: Option<Stage>,
+}
+
+/// The stage of a `run` that failed, as far as the commands that can redo it go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    /// The preflight, the extract or the load: `load` redoes it.
+    Sync,
+    /// The lake's restore or push: `load --lake` redoes it.
+    Lake,
+    /// The reviewed actions: `actions apply` redoes them.
+    Actions,
+}
+
+impl Stage {
+    fn of(e: &Error) -> Stage {
+        match e {
+            Error::Load(crate::load::LoadError::Lake(_)) => Stage::Lake,
+            Error::Action(_) => Stage::Actions,
+            _ => Stage::Sync,
+        }
+    }
 }
 
 fn last_run_path(out: &OutDir) -> PathBuf {
@@ -221,16 +262,44 @@ fn last_run_path(out: &OutDir) -> PathBuf {
 
 /// Records how a `run` ended (see [`LastRun`]). A record that cannot be written is a warning:
 /// the run's own outcome stands.
-pub fn record_last_run(out: &OutDir, error: Option<String>) {
-    let record = LastRun { finished_at: Utc::now(), error };
+pub fn record_last_run(out: &OutDir, failed: Option<&Error>) {
+    let record = LastRun { finished_at: Utc::now(), error: failed.map(Error::recorded), stage: failed.map(Stage::of) };
     if let Err(e) = crate::out::write_json_atomic(&last_run_path(out), &record) {
         tracing::warn!(error = %e, "how this run ended cannot be recorded for the report");
     }
 }
 
+/// After a command that redid `stages` and succeeded: a recorded failure of one of them is
+/// behind (a failure of another stage stays).
+pub fn clear_last_run(out: &OutDir, stages: &[Stage]) {
+    let Ok(bytes) = std::fs::read(last_run_path(out)) else { return };
+    let Ok(last) = serde_json::from_slice::<LastRun>(&bytes) else { return };
+    if last.error.is_some() && stages.contains(&last.stage.unwrap_or(Stage::Sync)) {
+        record_last_run(out, None);
+    }
+}
+
+/// The page's words for a `run` that just failed.
+pub fn run_failed(e: &Error) -> FailedRun {
+    FailedRun { at: Some(Utc::now()), what: format!("`creator-etl run` failed: {}", shorten(&e.recorded())) }
+}
+
 fn last_run_failure(out: &OutDir, newer: impl Fn(DateTime<Utc>) -> bool) -> Option<FailedRun> {
-    let bytes = std::fs::read(last_run_path(out)).ok()?;
-    let last: LastRun = serde_json::from_slice(&bytes).ok()?;
+    let path = last_run_path(out);
+    let bytes = std::fs::read(&path).ok()?;
+    let last: LastRun = match serde_json::from_slice(&bytes) {
+        Ok(last) => last,
+        Err(e) => {
+            let written = std::fs::metadata(&path).and_then(|m| m.modified()).ok().map(DateTime::<Utc>::from);
+            return written.is_none_or(&newer).then(|| FailedRun {
+                at: written,
+                what: format!(
+                    "how the last `creator-etl run` ended is unknown: `{}` cannot be read ({e})",
+                    path.display()
+                ),
+            });
+        }
+    };
     let error = last.error?;
     newer(last.finished_at).then(|| FailedRun {
         at: Some(last.finished_at),
@@ -287,8 +356,9 @@ fn fleet_failure(org_out: &Path, newer: impl Fn(DateTime<Utc>) -> bool) -> Optio
                 .and_then(|m| m.modified())
                 .ok()
                 .map(DateTime::<Utc>::from);
-            return Some(FailedRun {
-                at: status.last_run_at.or(written),
+            let at = status.last_run_at.or(written);
+            return at.is_none_or(&newer).then(|| FailedRun {
+                at,
                 what: format!("how its last run ended is unknown, its fleet status cannot be read: {problem}"),
             });
         }
@@ -311,7 +381,13 @@ fn fleet_failure(org_out: &Path, newer: impl Fn(DateTime<Utc>) -> bool) -> Optio
 
 fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummary, Error> {
     let now = Utc::now();
-    let source = describe(&config.source);
+    let source = match (reader, &config.state) {
+        (Reader::Nothing { .. }, RunState::Fleet(out)) => format!(
+            "no fleet warehouse yet: the organizations' fleet status files under {}",
+            out.join("orgs").display()
+        ),
+        _ => describe(&config.source),
+    };
     let index = config.dir.join("index.html");
     let org_dir = config.dir.join("org");
     let mut summaries = vec![];
@@ -387,6 +463,29 @@ fn remove_other_pages(dir: &Path, written: &[String]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_recorded_failure_is_cleared_only_by_a_command_that_redoes_its_stage() {
+        use super::*;
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::new(dir.path());
+        let all = |_: DateTime<Utc>| true;
+        let lake = Error::Load(crate::load::LoadError::Lake("cannot create the lake table directory".into()));
+        record_last_run(&out, Some(&lake));
+        assert!(last_run_failure(&out, all).unwrap().what.contains("cannot create the lake table directory"));
+        clear_last_run(&out, &[Stage::Sync]);
+        assert!(last_run_failure(&out, all).is_some(), "a load without the lake does not repair the lake");
+        clear_last_run(&out, &[Stage::Actions]);
+        assert!(last_run_failure(&out, all).is_some());
+        clear_last_run(&out, &[Stage::Sync, Stage::Lake]);
+        assert!(last_run_failure(&out, all).is_none(), "load --lake does");
+        record_last_run(&out, Some(&Error::Config(vec!["x".into()])));
+        clear_last_run(&out, &[Stage::Sync]);
+        assert!(last_run_failure(&out, all).is_none());
+        // A record that cannot be read is said, not taken for a success.
+        std::fs::write(last_run_path(&out), b"{\"finished_at\": ").unwrap();
+        assert!(last_run_failure(&out, all).unwrap().what.contains("ended is unknown"));
+    }
+
     #[test]
     fn page_files_are_names_and_never_leave_the_directory() {
         assert_eq!(super::page_file("acme-2_b"), "acme-2_b.html");

@@ -252,6 +252,12 @@ fn notebooks_run_top_to_bottom_against_a_fleet_warehouse() {
     let zeta = std::fs::read_to_string(out.join("report/org/zeta.html")).unwrap();
     assert!(zeta.contains("Failed: the fleet&#39;s last run of it ended failed"));
     assert!(zeta.contains("Nothing has been loaded yet."));
+    // A fleet warehouse loaded but not published (no snapshot beside its writer's file) is not
+    // taken for a fleet with nothing loaded.
+    std::fs::remove_file(&warehouse).unwrap();
+    let o = run_bin(dir.path(), &args, &[]);
+    assert_exit(&args, &o, 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not published yet"), "{}", show(&args, &o));
     let page = std::fs::read_to_string(out.join("report/org/demo.html")).unwrap();
     assert!(page.contains("Failed: the fleet&#39;s last run of it ended failed"), "the status file's outcome");
 }
