@@ -363,12 +363,16 @@ fn health(a: &Answers) -> Section {
         .map(|r| time(r, "finished_at").map_or("?".into(), |t| t.format("%m-%d %H:%M").to_string()))
         .collect();
     let range = match (oldest_first.first().and_then(|r| time(r, "finished_at")), finished) {
+        (Some(a), Some(b)) if a == b => format!(", finished {}", stamp(a)),
         (Some(a), Some(b)) => format!(", {} to {}", stamp(a), stamp(b)),
         _ => String::new(),
     };
     s.chart(
         "runs_requests",
-        &format!("Requests and 429 responses per loaded run: the last {} runs{range}.", runs.len()),
+        &match runs.len() {
+            1 => format!("Requests and 429 responses of the only loaded run so far{range}."),
+            n => format!("Requests and 429 responses per loaded run: the last {n} runs{range}."),
+        },
         charts::bars(
             &labels,
             &[
@@ -836,10 +840,13 @@ fn corrections(a: &Answers) -> Section {
         .collect();
     s.chart(
         "action_outcomes",
-        &format!(
-            "Rows per outcome of the last {} actions runs, by when each finished (queries/action_outcomes.sql).",
-            shown.len()
-        ),
+        &match shown.len() {
+            1 => "Rows per outcome of the only actions run so far, by when it finished (queries/action_outcomes.sql)."
+                .to_owned(),
+            n => format!(
+                "Rows per outcome of the last {n} actions runs, by when each finished (queries/action_outcomes.sql)."
+            ),
+        },
         charts::bars(&labels, &series, true, Scale::Count),
         "The actions runs recorded no rows.",
     );
