@@ -123,15 +123,7 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
     let job = SyncJob { actions: Some((actions, reviewed)), ..job };
     let report = crate::sync::run(job, &client, stop, crate::sync::Sharing::Alone).await?;
     emu.stop().await;
-    let page = crate::report::write(crate::report::ReportConfig {
-        source: query::Source::Warehouse { path: root.join("warehouse.duckdb"), org: None },
-        org: None,
-        dir: root.join("report"),
-        state: crate::report::RunState::Own { out: config.out.clone(), locked_here: true },
-        stale_after: crate::report::DEFAULT_STALE_AFTER,
-        failed: None,
-    })
-    .await;
+    let page = crate::report::write(crate::report::ReportConfig::after_sync(&config.out, None)).await;
     // As in `run`: the data is loaded whether or not its page could be written.
     let page = match page {
         Ok(page) => Some(page.path),

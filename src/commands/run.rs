@@ -10,8 +10,7 @@ use super::load::LoadOptions;
 use super::{print_json, stop_after_in_flight, validate_both, GlobalArgs};
 use crate::api::Client;
 use crate::out::OutDir;
-use crate::query::Source;
-use crate::report::{FailedRun, HealthState, ReportConfig, RunState};
+use crate::report::{FailedRun, HealthState, ReportConfig};
 use crate::sync::SyncJob;
 use crate::Error;
 
@@ -53,15 +52,7 @@ struct ReportNote {
 
 /// Writes the HTML report of `out`'s warehouse after a run (`failed`: why the run failed).
 async fn write_report(out: &OutDir, failed: Option<FailedRun>) -> ReportNote {
-    let config = ReportConfig {
-        source: Source::Warehouse { path: out.root().join("warehouse.duckdb"), org: None },
-        org: None,
-        dir: out.root().join("report"),
-        state: RunState::Own { out: out.clone(), locked_here: true },
-        stale_after: crate::report::DEFAULT_STALE_AFTER,
-        failed,
-    };
-    match crate::report::write(config).await {
+    match crate::report::write(ReportConfig::after_sync(out, failed)).await {
         Ok(s) => {
             tracing::info!(path = %s.path.display(), "report written");
             ReportNote { health: s.pages.first().map(|p| p.health), path: Some(s.path), error: None }

@@ -62,13 +62,9 @@ impl Answers {
                 Some(outer) => outer.replace("{sql}", named.trim().trim_end_matches(';')),
                 None => named.to_owned(),
             };
-            let config = QueryConfig {
-                source: source.clone(),
-                name: name.to_owned(),
-                sql,
-                params: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-                format: Format::Json,
-            };
+            let params: Vec<(String, String)> = params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let config =
+                QueryConfig { source: source.clone(), name: name.to_owned(), sql, params, format: Format::Json };
             let text = query::render(&query::execute(conn, &config)?, Format::Json)?;
             let rows = text
                 .lines()
@@ -77,8 +73,7 @@ impl Answers {
                     _ => Err(QueryError::Db(format!("`{name}` gave a row that is not a JSON object: {l}"))),
                 })
                 .collect::<Result<Vec<Row>, _>>()?;
-            let params = params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            answers.insert(name, Answer { params, aggregate, rows });
+            answers.insert(name, Answer { params: config.params.into_iter().collect(), aggregate, rows });
         }
         Ok(Answers(answers))
     }
@@ -87,8 +82,9 @@ impl Answers {
         self.0.get(name).map_or(&[], |a| &a.rows)
     }
 
-    pub fn params(&self, name: &str) -> &str {
-        self.0.get(name).and_then(|a| a.params.values().next()).map_or("", String::as_str)
+    /// The value the page gave parameter `key` of query `name`.
+    pub fn param(&self, name: &str, key: &str) -> &str {
+        self.0.get(name).and_then(|a| a.params.get(key)).map_or("", String::as_str)
     }
 }
 
@@ -145,6 +141,11 @@ impl HealthState {
             HealthState::Running => "running",
             HealthState::Fresh => "fresh",
         }
+    }
+
+    /// The state as a CSS class name: `never-synced`.
+    pub fn css_class(self) -> String {
+        self.as_str().replace(' ', "-")
     }
 }
 

@@ -2,14 +2,14 @@
 //! written to `OUT/report/index.html`, that anyone can open from a file, mail or host.
 //!
 //! - [`data`]: the named queries' answers for one organization (the page's numbers come from
-//!   them and nothing else) and its health (fresh, stale, failed, never synced);
+//!   them and nothing else) and its health (fresh, stale, failed, running, never synced);
 //! - [`charts`]: the charts, drawn by `plotters` into inline SVG;
 //! - [`page`]: the HTML of an organization's page and of the overview of several.
 //!
 //! One organization (its own warehouse, `--org`, or a fleet warehouse or lake of one) gets its
 //! page as `index.html`. Several get an overview as `index.html` and a page each under
-//! `org/NAME.html`. Every file is written whole, then renamed into place; pages of organizations
-//! the source no longer holds are removed.
+//! `org/NAME.html`. Every file is written whole, then renamed into place; an organization's page
+//! this report did not write (an earlier report's) is removed after the index is written.
 
 mod charts;
 mod data;
@@ -60,6 +60,21 @@ pub struct ReportConfig {
     pub stale_after: Duration,
     /// A run that just failed (the `run` that writes the report after its failure).
     pub failed: Option<FailedRun>,
+}
+
+impl ReportConfig {
+    /// The report a command holding `out`'s lock writes of its warehouse after a sync (`run`,
+    /// the demo); `failed`: why that sync failed.
+    pub fn after_sync(out: &OutDir, failed: Option<FailedRun>) -> Self {
+        ReportConfig {
+            source: Source::Warehouse { path: out.root().join("warehouse.duckdb"), org: None },
+            org: None,
+            dir: out.root().join("report"),
+            state: RunState::Own { out: out.clone(), locked_here: true },
+            stale_after: DEFAULT_STALE_AFTER,
+            failed,
+        }
+    }
 }
 
 /// What `creator-etl report` prints.
@@ -180,19 +195,30 @@ fn page_file(org: &str) -> String {
     format!("{name}.html")
 }
 
-struct Gathered {
-    answers: data::Answers,
-    health: Health,
-}
-
-fn gather(conn: &Switchable, config: &ReportConfig, org: Option<&str>, now: DateTime<Utc>) -> Result<Gathered, Error> {
+/// One organization's answers, health and page (`overview`: the overview's path from it).
+fn org_page(
+    conn: &Switchable,
+    config: &ReportConfig,
+    org: Option<&str>,
+    source: &str,
+    now: DateTime<Utc>,
+    overview: Option<&str>,
+) -> Result<(Health, page::Built), Error> {
     let answers = data::Answers::ask(conn.select(org)?, &config.source)?;
     let (failed, running) = match &config.failed {
         Some(f) => (Some(f.clone()), None),
         None => not_loaded(&config.state, org, &answers),
     };
     let health = Health::of(&answers, failed.as_ref(), running.as_deref(), now, config.stale_after);
-    Ok(Gathered { answers, health })
+    let built = page::org_page(&page::OrgPage {
+        organization: org,
+        source,
+        generated_at: now,
+        answers: &answers,
+        health: &health,
+        overview,
+    });
+    Ok((health, built))
 }
 
 /// What the output directory knows that the data does not: a run that did not reach the data
@@ -290,7 +316,7 @@ fn last_run_failure(out: &OutDir, newer: impl Fn(DateTime<Utc>) -> bool) -> Opti
     let last: LastRun = match serde_json::from_slice(&bytes) {
         Ok(last) => last,
         Err(e) => {
-            let written = std::fs::metadata(&path).and_then(|m| m.modified()).ok().map(DateTime::<Utc>::from);
+            let written = modified_at(&path);
             return written.is_none_or(&newer).then(|| FailedRun {
                 at: written,
                 what: format!(
@@ -305,6 +331,11 @@ fn last_run_failure(out: &OutDir, newer: impl Fn(DateTime<Utc>) -> bool) -> Opti
         at: Some(last.finished_at),
         what: format!("the last `creator-etl run` failed: {}", shorten(&error)),
     })
+}
+
+/// When a file was last written.
+fn modified_at(path: &Path) -> Option<DateTime<Utc>> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok().map(DateTime::<Utc>::from)
 }
 
 /// A message cut to 300 characters.
@@ -352,10 +383,7 @@ fn fleet_failure(org_out: &Path, newer: impl Fn(DateTime<Utc>) -> bool) -> Optio
         tracing::warn!(%problem, "an organization's fleet status cannot be read");
         if status.last_outcome.is_none_or(|o| o != Outcome::Completed) {
             // When: the run it recorded, or else when the file was last written.
-            let written = std::fs::metadata(crate::fleet::status::status_path(org_out))
-                .and_then(|m| m.modified())
-                .ok()
-                .map(DateTime::<Utc>::from);
+            let written = modified_at(&crate::fleet::status::status_path(org_out));
             let at = status.last_run_at.or(written);
             return at.is_none_or(&newer).then(|| FailedRun {
                 at,
@@ -396,39 +424,23 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
     let conn = reader.switchable()?;
     match pages {
         Pages::One(org) => {
-            let g = gather(&conn, config, org.as_deref(), now)?;
-            let built = page::org_page(&page::OrgPage {
-                organization: org.as_deref(),
-                source: &source,
-                generated_at: now,
-                answers: &g.answers,
-                health: &g.health,
-                overview: None,
-            });
+            let (health, built) = org_page(&conn, config, org.as_deref(), &source, now, None)?;
             crate::out::write_atomic(&index, built.html.as_bytes())?;
-            summaries.push(summary(org, index.clone(), &g.health, &built));
+            summaries.push(summary(org, index.clone(), &health, &built));
         }
         Pages::Many(orgs) => {
             let mut rows = vec![];
             for org in orgs {
-                let g = gather(&conn, config, Some(&org), now)?;
+                let (health, built) = org_page(&conn, config, Some(&org), &source, now, Some("../index.html"))?;
                 let file = page_file(&org);
-                let built = page::org_page(&page::OrgPage {
-                    organization: Some(&org),
-                    source: &source,
-                    generated_at: now,
-                    answers: &g.answers,
-                    health: &g.health,
-                    overview: Some("../index.html"),
-                });
                 let path = org_dir.join(&file);
                 crate::out::write_atomic(&path, built.html.as_bytes())?;
-                summaries.push(summary(Some(org.clone()), path, &g.health, &built));
+                summaries.push(summary(Some(org.clone()), path, &health, &built));
                 written.push(file.clone());
                 rows.push(page::OverviewRow {
                     organization: org,
                     page: format!("org/{file}"),
-                    health: g.health,
+                    health,
                     figures: built.figures,
                 });
             }

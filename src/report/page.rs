@@ -213,7 +213,7 @@ pub fn org_page(p: &OrgPage<'_>) -> Built {
     let _ = write!(
         html,
         "<div class=\"banner {}\" data-health=\"{}\"><strong>{}</strong>",
-        p.health.state.as_str().replace(' ', "-"),
+        p.health.state.css_class(),
         p.health.state.as_str(),
         esc(&p.health.headline)
     );
@@ -474,7 +474,7 @@ fn content(a: &Answers) -> Section {
             &format!(
                 "{} per day (24-hour statistics) and the 7-day average, {range} (the {} days up to the newest loaded day).",
                 capital(metric),
-                a.params("wow_latest")
+                a.param("wow_latest", "days")
             ),
             charts::lines(
                 &x,
@@ -615,7 +615,7 @@ fn applications(a: &Answers) -> Section {
         })
         .collect();
     let changed: i64 = changes.iter().filter_map(|r| int(r, "changes")).sum();
-    let days = a.params("status_changes");
+    let days = a.param("status_changes", "days");
     s.figure(
         "status_changes",
         format!("Status changes, the last {days} days of history"),
@@ -762,7 +762,7 @@ fn cohorts(a: &Answers) -> Section {
         "acceptance_by_month",
         &format!(
             "Acceptance rate by month of application, the {} months up to the newest month with applications (queries/cohort_by_month.sql, summed over the cohorts).",
-            a.params("cohort_by_month")
+            a.param("cohort_by_month", "months")
         ),
         charts::bars(&labels, &[Series::new("acceptance rate", GREEN, rates)], false, Scale::Percent),
         if months.values().any(|(acc, rej)| acc + rej > 0) {
@@ -893,7 +893,7 @@ pub fn overview(source: &str, generated_at: DateTime<Utc>, rows: &[OverviewRow])
     let _ = writeln!(
         html,
         "<div class=\"banner {}\" data-health=\"{}\"><strong>{} organizations: {} failed, {} stale, {} never synced, {} running, {} fresh.</strong></div>",
-        worst.as_str().replace(' ', "-"),
+        worst.css_class(),
         worst.as_str(),
         rows.len(),
         count(HealthState::Failed),
@@ -928,7 +928,7 @@ pub fn overview(source: &str, generated_at: DateTime<Utc>, rows: &[OverviewRow])
                     format!("{}", r.health.state as u8),
                     format!(
                         "<span class=\"state-{}\" title=\"{}\">{}</span>",
-                        state.replace(' ', "-"),
+                        r.health.state.css_class(),
                         esc(&r.health.headline),
                         esc(state)
                     ),
