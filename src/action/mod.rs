@@ -1,7 +1,9 @@
 //! Actions: replay the approved rows of a reviewed CSV against the service, exactly once.
 //!
 //! Parse, validate, act: the whole file is validated first ([`reviewed::parse`]), and one bad
-//! row means nothing is sent. Then each approved row, in file order:
+//! row means nothing is sent. Every row is decided from one look at the journal, each change
+//! (fingerprint) once: a copy of an earlier row is `skipped_duplicate`. Then each approved row,
+//! in file order:
 //! 1. is skipped when the journal says it was already applied (or `--only` leaves it out), and
 //!    held back when it failed for good or ended in doubt before (unless `--retry-failed`);
 //! 2. has its intent committed to the journal, is sent through the paced client, and has its
@@ -86,6 +88,9 @@ pub enum Outcome {
     SkippedAlreadyApplied,
     /// Left out by `--only`.
     SkippedNotSelected,
+    /// A copy of an earlier row of the same file (same change, same approval): decided once, by
+    /// the first copy; never sent, and never touches the first copy's journal row.
+    SkippedDuplicate,
     /// The service refused it (404, 422, …); fix the row, or apply with `--retry-failed`.
     Failed,
     /// Retries were spent on 429s, 5xx or network errors; the next apply tries again.
@@ -106,6 +111,7 @@ impl Outcome {
             Outcome::SkippedNotApproved => "skipped_not_approved",
             Outcome::SkippedAlreadyApplied => "skipped_already_applied",
             Outcome::SkippedNotSelected => "skipped_not_selected",
+            Outcome::SkippedDuplicate => "skipped_duplicate",
             Outcome::Failed => "failed",
             Outcome::FailedTransient => "failed_transient",
             Outcome::InDoubt => "in_doubt",
@@ -218,13 +224,33 @@ fn decide(row: &ReviewedRow, config: &ActionConfig, known: Option<&HashMap<Strin
     }
 }
 
+/// Every row's decision, in file order, from one look at the journal: a row that repeats an
+/// earlier one (the same fingerprint: validation refused copies that disagree) is decided once,
+/// by its first copy, and every later copy is `skipped_duplicate`. Two copies decided apart
+/// would both be sent, and the second would overwrite the first's journal row.
+fn decide_rows(config: &ActionConfig, file: &Reviewed, known: Option<&HashMap<String, Known>>) -> Vec<Decision> {
+    let mut first: HashMap<String, u64> = HashMap::new();
+    file.rows
+        .iter()
+        .map(|row| match first.entry(row.fingerprint()) {
+            std::collections::hash_map::Entry::Occupied(line) => {
+                Decision::Skip(Outcome::SkippedDuplicate, format!("duplicate of line {}", line.get()))
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(row.line);
+                decide(row, config, known)
+            }
+        })
+        .collect()
+}
+
 /// Every row's decision, and how many would be sent; refuses more than `--max-rows`.
 fn decide_all(
     config: &ActionConfig,
     file: &Reviewed,
     known: Option<&HashMap<String, Known>>,
 ) -> Result<Vec<Decision>, ActionError> {
-    let decisions: Vec<Decision> = file.rows.iter().map(|r| decide(r, config, known)).collect();
+    let decisions = decide_rows(config, file, known);
     let to_send = decisions.iter().filter(|d| matches!(d, Decision::Send { .. })).count();
     match config.max_rows.filter(|m| to_send > *m) {
         Some(max) => Err(ActionError::TooManyRows { rows: to_send, max }),
@@ -248,8 +274,8 @@ pub fn plan(config: &ActionConfig, file: &Reviewed) -> Result<String, ActionErro
     let known = journal.map(|j| j.known_all(&config.scope)).transpose()?;
     let mut text = String::new();
     let mut totals: BTreeMap<String, u64> = BTreeMap::new();
-    for row in &file.rows {
-        let what = match decide(row, config, known.as_ref()) {
+    for (row, decision) in file.rows.iter().zip(decide_rows(config, file, known.as_ref())) {
+        let what = match decision {
             Decision::Skip(outcome, why) => {
                 *totals.entry(outcome.as_str().to_owned()).or_default() += 1;
                 match outcome {
@@ -520,32 +546,28 @@ pub async fn send_all(
                 result.message = Some("not sent: the run stopped first; apply again to send it".into());
             }
             Decision::Send { resend_of, .. } => {
-                // Rows earlier in this file may have applied the same change since the plan.
-                if let Known::Done { run_id } = journal.known(&result.fingerprint, &config.scope)? {
-                    result.outcome = Outcome::SkippedAlreadyApplied;
-                    result.message = Some(format!("already applied by run {run_id}"));
+                // Each fingerprint is decided once per run (a copy is `skipped_duplicate`), and
+                // this run holds the lock: the journal is as the decision read it.
+                if let Some(run) = &resend_of {
+                    tracing::warn!(line = row.line, target = %row.target, earlier_run = %run, "sending again a row whose answer was lost");
+                }
+                journal.record_intent(&run_id, &file_name, row, &config.scope)?;
+                crate::out::crash_point("actions-after-intent");
+                let halt = send(&client, row, &mut result, resend_of.is_some()).await;
+                crate::out::crash_point("actions-before-outcome");
+                if result.outcome == Outcome::NotSent {
+                    // Interrupted before it went out: no intent is left open.
+                    journal.forget_intent(&run_id, row)?;
                 } else {
-                    if let Some(run) = &resend_of {
-                        tracing::warn!(line = row.line, target = %row.target, earlier_run = %run, "sending again a row whose answer was lost");
+                    journal.record_outcome(&run_id, row, &result, &config.scope)?;
+                }
+                tracing::debug!(line = row.line, target = %row.target, outcome = result.outcome.as_str(), status = ?result.http_status, "action");
+                if let Some(e) = halt {
+                    stopped_by_auth = e.is_auth();
+                    if let ApiError::BudgetSpent { max, .. } = &e {
+                        stopped_by_budget = Some(*max);
                     }
-                    journal.record_intent(&run_id, &file_name, row, &config.scope)?;
-                    crate::out::crash_point("actions-after-intent");
-                    let halt = send(&client, row, &mut result, resend_of.is_some()).await;
-                    crate::out::crash_point("actions-before-outcome");
-                    if result.outcome == Outcome::NotSent {
-                        // Interrupted before it went out: no intent is left open.
-                        journal.forget_intent(&run_id, row)?;
-                    } else {
-                        journal.record_outcome(&run_id, row, &result, &config.scope)?;
-                    }
-                    tracing::debug!(line = row.line, target = %row.target, outcome = result.outcome.as_str(), status = ?result.http_status, "action");
-                    if let Some(e) = halt {
-                        stopped_by_auth = e.is_auth();
-                        if let ApiError::BudgetSpent { max, .. } = &e {
-                            stopped_by_budget = Some(*max);
-                        }
-                        stopped = Some(if stopped_by_auth { e.to_string() } else { "interrupted".into() });
-                    }
+                    stopped = Some(if stopped_by_auth { e.to_string() } else { "interrupted".into() });
                 }
             }
         }

@@ -592,24 +592,33 @@ fn check_email(v: &str) -> Result<(), String> {
     }
 }
 
-/// Two approved rows for one target must ask for the same change.
+/// The rows for one target must agree: the same change and the same approval. A copy of an
+/// earlier row (a reviewer pasting twice) is allowed and decided once; rows that disagree leave
+/// no way to tell which the reviewer meant, so the file is refused.
 fn check_conflicts(rows: &[ReviewedRow], errors: &mut Vec<RowError>) {
     let mut first: HashMap<&Target, &ReviewedRow> = HashMap::new();
-    for row in rows.iter().filter(|r| r.approved) {
-        match first.get(&row.target) {
-            Some(earlier) if earlier.fingerprint() != row.fingerprint() => errors.push(RowError {
-                line: row.line,
-                column: None,
-                message: format!(
-                    "{} is also changed by the approved row at line {}, with different changes; approve one of them",
-                    row.target, earlier.line
-                ),
-            }),
-            Some(_) => {}
-            None => {
-                first.insert(&row.target, row);
-            }
-        }
+    for row in rows {
+        let Some(earlier) = first.get(&row.target) else {
+            first.insert(&row.target, row);
+            continue;
+        };
+        let message = if earlier.fingerprint() != row.fingerprint() {
+            format!(
+                "{} is also changed by the row at line {}, with different changes; keep one row per target",
+                row.target, earlier.line
+            )
+        } else if earlier.approved != row.approved {
+            format!(
+                "{} has the same change at line {}, {} there and {} here; keep one row per target",
+                row.target,
+                earlier.line,
+                if earlier.approved { "approved" } else { "not approved" },
+                if row.approved { "approved" } else { "not approved" }
+            )
+        } else {
+            continue;
+        };
+        errors.push(RowError { line: row.line, column: None, message });
     }
 }
 
@@ -689,14 +698,22 @@ mod tests {
     }
 
     #[test]
-    fn conflicting_approved_rows_for_one_target_are_refused() {
+    fn rows_for_one_target_that_disagree_are_refused_and_copies_pass() {
         let text = format!(
             "{HEADER}update_sale,yes,7001,,100,,,,\nupdate_sale,no,7001,,200,,,,\nupdate_sale,yes,7001,,100,,,,\n\
-             update_sale,yes,7001,,300,,,,\nmark_payout,yes,,{UUID},,,,,\nmark_payout,yes,,{UUID},,,,,\n"
+             update_sale,yes,7001,,300,,,,\nmark_payout,yes,,{UUID},,,,,\nmark_payout,yes,,{UUID},,,,,\n\
+             update_sale,no,7002,,5,,,,\nupdate_sale,yes,7002,,5,,,,\n"
         );
         let e = errors(&text);
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(e[0].starts_with("line 5: sale 7001 is also changed by the approved row at line 2"), "{e:?}");
+        assert_eq!(e.len(), 3, "{e:?}");
+        assert!(e[0].starts_with("line 3: sale 7001 is also changed by the row at line 2"), "{e:?}");
+        assert!(e[1].starts_with("line 5: sale 7001 is also changed by the row at line 2"), "{e:?}");
+        assert!(
+            e[2].starts_with("line 9: sale 7002 has the same change at line 8, not approved there and approved here"),
+            "{e:?}"
+        );
+        let copies = format!("{HEADER}update_sale,yes,7001,,100,,,,\nupdate_sale,yes,7001,,100,,,,note 2\n");
+        assert_eq!(parse(copies.as_bytes()).unwrap().rows.len(), 2, "a copy is no conflict");
     }
 
     #[test]

@@ -88,7 +88,8 @@ fn a_mixed_file_applies_each_approved_row_exactly_once() {
         format!("mark_payout,1,,{},,,,,,,r8", paid.uuid),                                  // line 9
         format!("mark_payout,true,,{},,,,,,,r9", zero.uuid),                               // line 10
         format!("mark_payout,yes,,{},,,,,,,r10", due[1].uuid.to_uppercase()),              // line 11
-        format!("update_sale,yes,{s1},,5000,,,,bob,same change again,r11"),                // line 12
+        // The same change pasted again: decided once, by line 2.
+        format!("update_sale,yes,{s1},,5000,,,,bob,same change again,r11"), // line 12
     ];
     let file = write_csv(dir.path(), "reviewed.csv", &rows);
 
@@ -99,7 +100,8 @@ fn a_mixed_file_applies_each_approved_row_exactly_once() {
     let plan = String::from_utf8_lossy(&o.stdout);
     assert!(plan.contains(&format!("sale {s1}")) && plan.contains("commission recalculated by the service"), "{plan}");
     assert!(plan.contains("skip (not approved)"), "{plan}");
-    assert!(plan.contains("11 rows; 10 to send"), "{plan}");
+    assert!(plan.contains("11 rows; 9 to send"), "{plan}");
+    assert!(plan.contains("skip (duplicate of line 2)"), "{plan}");
 
     let o = actions(&emu, &out, "apply", &file, &[], FULL_KEY);
     assert_exit(&[], &o, 3);
@@ -117,7 +119,7 @@ fn a_mixed_file_applies_each_approved_row_exactly_once() {
         (9, "noop"),
         (10, "failed"),
         (11, "applied"),
-        (12, "skipped_already_applied"),
+        (12, "skipped_duplicate"),
     ];
     for (line, want) in expect {
         assert_eq!(outcome(line), want, "line {line}: {:?}", got[&line]);
@@ -173,9 +175,10 @@ fn a_mixed_file_applies_each_approved_row_exactly_once() {
     assert_exit(&[], &o, 3);
     assert_eq!(emu.state.requests().len(), before, "a row that failed for good is not sent again");
     let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
-    for line in [2, 3, 8, 9, 11, 12] {
+    for line in [2, 3, 8, 9, 11] {
         assert_eq!(got[&line].0, "skipped_already_applied", "line {line}");
     }
+    assert_eq!(got[&12].0, "skipped_duplicate");
     for line in [5, 6, 7, 10] {
         assert_eq!(got[&line].0, "failed", "line {line}");
         assert!(
@@ -716,4 +719,61 @@ fn an_interrupted_re_send_is_left_to_the_next_apply() {
     assert_eq!((got[&2].0.as_str(), got[&3].0.as_str()), ("skipped_already_applied", "applied"), "{got:?}");
     assert_eq!(writes_to(&emu, &a).len(), 1);
     assert_eq!(writes_to(&emu, &b).len(), 1);
+}
+
+/// Regression (issue 32): a reviewer pasted one approved cancel twice. Both copies were decided
+/// "send" from one journal snapshot; when the first ended in doubt, the second overwrote its
+/// journal row with a new intent and sent again without `--retry-failed`. Each fingerprint is
+/// now decided once per run: the copy is `skipped_duplicate` of line 2, is never sent, counts
+/// for neither `--max-rows` nor the plan's sends, and the first copy's journal row is its own.
+#[test]
+fn an_approved_row_pasted_twice_is_sent_once_even_when_its_answers_are_lost() {
+    use creator_etl::emulator::Fault;
+    let mut cfg = EmulatorConfig::for_tests(20);
+    cfg.faults.rate = 1.0;
+    cfg.faults.kinds = vec![Fault::LostAnswer];
+    cfg.faults.lost = vec![creator_etl::emulator::LostKind::Dropped, creator_etl::emulator::LostKind::BadGateway];
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let s = updatable_sales(&emu)[0];
+    let cancel = format!("update_sale,yes,{s},,,,,cancelled,,,");
+    let file = write_csv(dir.path(), "twice.csv", &[cancel.clone(), cancel]);
+    let o = actions(&emu, &out, "plan", &file, &["--max-rows", "1"], FULL_KEY);
+    assert_exit(&[], &o, 0);
+    let plan = String::from_utf8_lossy(&o.stdout);
+    assert!(plan.contains("skip (duplicate of line 2)") && plan.contains("2 rows; 1 to send"), "{plan}");
+    assert!(!plan.contains("would refuse"), "a copy is not counted against `--max-rows`: {plan}");
+
+    let o = actions(&emu, &out, "apply", &file, &["--max-attempts", "2", "--max-rows", "1"], FULL_KEY);
+    assert_exit(&[], &o, 3);
+    let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
+    assert_eq!(got[&2].0, "in_doubt", "{:?}", got[&2]);
+    assert_eq!((got[&3].0.as_str(), got[&3].2.as_str()), ("skipped_duplicate", "duplicate of line 2"));
+    assert_eq!(writes_to(&emu, &s.to_string()).len(), 2, "the first copy's two attempts, nothing for the copy");
+    let journal = db(&out);
+    assert_eq!(
+        count(
+            &journal,
+            &format!("SELECT count(*) FROM action_journal WHERE target = 'sale {s}' AND outcome = 'in_doubt'")
+        ),
+        1,
+        "the first copy's journal row stands"
+    );
+    assert_eq!(count(&journal, "SELECT count(*) FROM action_journal WHERE outcome = 'pending'"), 0);
+    drop(journal);
+
+    // Held, not re-sent, by a plain apply; `--retry-failed` settles it by the refusal of a
+    // cancel that took effect, and the copy is still a duplicate.
+    let o = actions(&emu, &out, "apply", &file, &[], FULL_KEY);
+    assert_exit(&[], &o, 3);
+    assert_eq!(writes_to(&emu, &s.to_string()).len(), 2, "in doubt: held");
+    emu.state.set_fault_rate(0.0);
+    let o = actions(&emu, &out, "apply", &file, &["--retry-failed"], FULL_KEY);
+    assert_exit(&[], &o, 0);
+    let got = results(Path::new(report::<serde_json::Value>(&o)["results_csv"].as_str().unwrap()));
+    assert_eq!(got[&2].0, "applied", "{:?}", got[&2]);
+    assert!(got[&2].2.contains("took effect"), "{:?}", got[&2]);
+    assert_eq!(got[&3].0, "skipped_duplicate");
+    assert_eq!(writes_to(&emu, &s.to_string()).len(), 3, "one re-send");
 }
