@@ -19,7 +19,7 @@ use crate::load::LoadConfig;
 use crate::out::OutDir;
 use crate::query::{self, Format, QueryConfig};
 use crate::stop::stop_signal;
-use crate::sync::{SyncJob, SyncReport};
+use crate::sync::{StageLog, SyncJob, SyncReport};
 use crate::transform::DEFAULT_COHORT_EDGES;
 use crate::{exit, Error};
 
@@ -109,9 +109,17 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
     let stop = stop_signal();
     // A client per run, so each run's report counts its own requests; they share the pacer.
     let job = SyncJob { extract, load, actions: None };
-    let first =
-        crate::sync::run(job.clone(), &Client::new(client_config.clone())?, stop.clone(), crate::sync::Sharing::Alone)
-            .await?;
+    let log = StageLog::begin(&config.out, "demo", &job.stages());
+    let first = crate::sync::run(
+        job.clone(),
+        &Client::new(client_config.clone())?,
+        stop.clone(),
+        crate::sync::Sharing::Alone,
+        &log,
+    )
+    .await
+    .inspect_err(|e| log.fail(e))?;
+    log.finish();
     // Between two scheduled runs, the brand decides some pending applications in its dashboard.
     // The second run is incremental and records the changes in the status history.
     let decided = decide_pending(&emu, 24);
@@ -121,9 +129,12 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
     );
     let client = Client::new(client_config)?;
     let job = SyncJob { actions: Some((actions, reviewed)), ..job };
-    let report = crate::sync::run(job, &client, stop, crate::sync::Sharing::Alone).await?;
+    let log = StageLog::begin(&config.out, "demo", &job.stages());
+    let report =
+        crate::sync::run(job, &client, stop, crate::sync::Sharing::Alone, &log).await.inspect_err(|e| log.fail(e))?;
+    log.finish();
     emu.stop().await;
-    let page = crate::report::write(crate::report::ReportConfig::after_sync(&config.out, None)).await;
+    let page = crate::report::write(crate::report::ReportConfig::after_sync(&config.out)).await;
     // As in `run`: the data is loaded whether or not its page could be written.
     let page = match page {
         Ok(page) => Some(page.path),

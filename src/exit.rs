@@ -14,5 +14,8 @@ pub const AUTH: u8 = 4;
 pub const LOCKED: u8 = 5;
 /// A fleet run in which some organizations failed and others completed.
 pub const SOME_FAILED: u8 = 6;
+/// `report`: the pages are written, and some organization is not fresh: failed, interrupted,
+/// unknown, stale or never synced.
+pub const NOT_FRESH: u8 = 7;
 /// Interrupted by Ctrl-C or SIGTERM; progress is saved and a rerun resumes.
 pub const INTERRUPTED: u8 = 130;

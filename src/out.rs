@@ -54,6 +54,16 @@ pub struct OutDir {
     root: PathBuf,
 }
 
+/// Whether a command holds an output directory's lock now ([`OutDir::lock_holder`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Holder {
+    Free,
+    /// Held: what the holder recorded (`run ID (pid N, since T)`).
+    Held(String),
+    /// The probe could not tell, and why.
+    Unknown(String),
+}
+
 /// Held while a command writes to the output directory; released on drop or process exit.
 #[derive(Debug)]
 pub struct OutLock {
@@ -92,18 +102,28 @@ impl OutDir {
     /// Who holds the directory's lock now (a run in progress): what it recorded. Finding out
     /// takes the lock for an instant (the only answer that holds across pid namespaces and
     /// network filesystems); [`lock`](Self::lock) waits a moment for a busy lock, so a run
-    /// starting at that instant is not refused.
-    pub fn lock_holder(&self) -> Option<String> {
-        let mut file = fs::File::open(self.root.join(".lock")).ok()?;
+    /// starting at that instant is not refused. The lock file is opened for writing, as an
+    /// exclusive `flock` needs on NFS, and never created: with no lock file, no run holds it.
+    pub fn lock_holder(&self) -> Holder {
+        let path = self.root.join(".lock");
+        let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Holder::Free,
+            Err(e) => {
+                return Holder::Unknown(format!("`{}` cannot be opened to look for its holder ({e})", path.display()))
+            }
+        };
         match file.try_lock() {
-            Ok(()) => None,
+            Ok(()) => Holder::Free,
             Err(std::fs::TryLockError::WouldBlock) => {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
-                Some(if holder.is_empty() { "unknown run".into() } else { holder.to_owned() })
+                Holder::Held(if holder.is_empty() { "unknown run".into() } else { holder.to_owned() })
             }
-            Err(std::fs::TryLockError::Error(_)) => None,
+            Err(std::fs::TryLockError::Error(e)) => {
+                Holder::Unknown(format!("`{}` cannot be locked to look for its holder ({e})", path.display()))
+            }
         }
     }
 
@@ -216,6 +236,16 @@ pub fn crash_point(name: &str) {
     }
 }
 
+/// Makes a new directory under `parent` named `PREFIX` and a unique suffix (created exclusively,
+/// so no two callers, in this process or another, ever get the same one), and returns it. The
+/// caller removes it.
+pub fn unique_dir(parent: &Path, prefix: &str) -> Result<PathBuf, OutError> {
+    fs::create_dir_all(parent).map_err(io_err("create", parent))?;
+    let dir =
+        tempfile::Builder::new().prefix(prefix).tempdir_in(parent).map_err(io_err("create a directory in", parent))?;
+    Ok(dir.keep())
+}
+
 /// A new run id: UTC time to the second, sortable, plus 4 random hex digits.
 pub fn new_run_id() -> String {
     format!("{}-{:04x}", Utc::now().format("%Y%m%dT%H%M%SZ"), fastrand::u16(..))
@@ -242,12 +272,31 @@ mod tests {
     fn the_holder_of_a_lock_is_seen_and_a_free_lock_stays_free() {
         let dir = tempfile::tempdir().unwrap();
         let out = OutDir::new(dir.path());
-        assert_eq!(out.lock_holder(), None, "no lock file");
+        assert_eq!(out.lock_holder(), Holder::Free, "no lock file");
+        assert!(!dir.path().join(".lock").exists(), "the probe never creates the lock file");
         let lock = out.lock("run-a").unwrap();
-        assert!(out.lock_holder().unwrap().contains("run run-a (pid"));
+        assert!(matches!(out.lock_holder(), Holder::Held(h) if h.contains("run run-a (pid")));
         drop(lock);
-        assert_eq!(out.lock_holder(), None);
+        assert_eq!(out.lock_holder(), Holder::Free);
         let _again = out.lock("run-b").unwrap();
+    }
+
+    #[test]
+    fn a_lock_probe_that_cannot_tell_says_so() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::new(dir.path());
+        drop(out.lock("run-a").unwrap());
+        let lock = dir.path().join(".lock");
+        std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o444)).unwrap();
+        // Root opens a read-only file for writing all the same: then the probe can tell.
+        if std::fs::OpenOptions::new().write(true).open(&lock).is_err() {
+            assert!(matches!(out.lock_holder(), Holder::Unknown(why) if why.contains(".lock")));
+        }
+        std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::remove_file(&lock).unwrap();
+        std::fs::create_dir(&lock).unwrap();
+        assert!(matches!(out.lock_holder(), Holder::Unknown(_)), "a directory in the lock's place");
     }
 
     #[test]
@@ -269,6 +318,15 @@ mod tests {
         let duckdb = "/usr/bin/python3 (PID 77) by user root: `python3 -c x --token=s3cret`";
         assert_eq!(holder_pid(duckdb), Some(77));
         assert_eq!(holder_pid("unknown run"), None);
+    }
+
+    #[test]
+    fn unique_directories_never_collide() {
+        let dir = tempfile::tempdir().unwrap();
+        let made: std::collections::BTreeSet<PathBuf> =
+            (0..200).map(|_| unique_dir(&dir.path().join(".staging"), "batch-").unwrap()).collect();
+        assert_eq!(made.len(), 200);
+        assert!(made.iter().all(|d| d.is_dir() && d.file_name().unwrap().to_str().unwrap().starts_with("batch-")));
     }
 
     #[test]

@@ -54,7 +54,7 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// The backoff before attempt `attempt + 1`: half fixed, half random ("equal jitter").
-    fn backoff(&self, attempt: u32) -> Duration {
+    pub fn backoff(&self, attempt: u32) -> Duration {
         let exp = self.base_backoff.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
         let capped = exp.min(self.max_backoff);
         let half = capped / 2;

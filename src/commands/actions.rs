@@ -9,6 +9,7 @@ use crate::action::journal::Scope;
 use crate::action::{ActionConfig, ActionKind, ActionReport, Reviewed};
 use crate::api::{ApiKey, Client, API_KEY_ENV};
 use crate::out::OutDir;
+use crate::sync::{Stage, StageLog};
 use crate::{exit, Error};
 
 #[derive(Debug, Subcommand)]
@@ -76,9 +77,12 @@ pub async fn apply(args: &ActionsArgs, global: &GlobalArgs) -> Result<u8, Error>
         validate_both(global.client_config(), args.guards.config(&args.file, global))?;
     let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("actions")?;
-    let report = crate::action::apply(&config, &reviewed, &client, crate::stop::stop_signal()).await?;
-    // A failure of the last `run`'s actions stage is behind: the report stops showing it.
-    crate::report::clear_last_run(&config.out, &[crate::report::Stage::Actions]);
+    let log = StageLog::begin(&config.out, "actions apply", &[Stage::Actions]);
+    let report = crate::action::apply(&config, &reviewed, &client, crate::stop::stop_signal())
+        .await
+        .map_err(Error::from)
+        .inspect_err(|e| log.fail(e))?;
+    log.actions_ended(&report);
     print_json(&report)?;
     Ok(actions_exit_code(&report))
 }

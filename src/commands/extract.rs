@@ -11,7 +11,7 @@ use crate::api::models::ApplicationStatus;
 use crate::api::Client;
 use crate::extract::{ExtractConfig, SyncMode};
 use crate::out::OutDir;
-use crate::sync::{blocking, read_previous};
+use crate::sync::{blocking, read_previous, Stage, StageLog};
 use crate::{exit, Error};
 
 /// How a sync reads the applications: `run`, `extract` and `fleet run` share these.
@@ -156,9 +156,19 @@ pub async fn exec(args: &ExtractArgs, global: &GlobalArgs) -> Result<u8, Error> 
     let extract_config = config.clone();
     let (config, snapshot) = blocking("warehouse", move || read_previous(&extract_config, None)).await?;
     let (client, stop) = stop_after_in_flight(client);
-    let begun = crate::extract::begin(&config, &client, stop, snapshot.as_ref()).await?;
-    eprintln!("{}", begun.plan());
-    let report = begun.finish().await?;
+    // A plan sends nothing that changes the directory's data: it records no stage.
+    let log =
+        if config.plan_only { StageLog::none() } else { StageLog::begin(&config.out, "extract", &[Stage::Extract]) };
+    let result = async {
+        let begun = crate::extract::begin(&config, &client, stop, snapshot.as_ref()).await?;
+        eprintln!("{}", begun.plan());
+        Ok::<_, Error>(begun.finish().await?)
+    }
+    .await;
+    let report = result.inspect_err(|e| log.fail(e))?;
+    if !config.plan_only {
+        log.done(Stage::Extract, Some(&report.run_id));
+    }
     print_json(&report)?;
     Ok(exit::OK)
 }

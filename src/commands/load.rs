@@ -9,8 +9,7 @@ use reqwest::Url;
 use super::{print_json, GlobalArgs};
 use crate::load::LoadConfig;
 use crate::out::OutDir;
-use crate::report::Stage;
-use crate::sync::{load_blocking, push_to_lake, restore_from_lake};
+use crate::sync::{load_blocking, push_to_lake, restore_from_lake, Stage, StageLog};
 use crate::{exit, Error};
 
 #[derive(Debug, Args)]
@@ -120,20 +119,28 @@ pub async fn exec(args: &LoadArgs, global: &GlobalArgs) -> Result<u8, Error> {
     };
     let report = crate::load::extract_report(&config.out, &run_id)?;
     let (lake, out) = (config.lake.clone(), config.out.clone());
-    // The lake's state of the organization first, as `run` does: its push replaces the
-    // organization's rows, so an `--out` that lacks the lake's runs or action journal must not
-    // push over them.
-    if let Some(lake) = &lake {
-        restore_from_lake(&out, lake, None).await?;
+    let stages: &[Stage] = if lake.is_some() { &[Stage::Load, Stage::Lake] } else { &[Stage::Load] };
+    let log = StageLog::begin(&out, "load", stages);
+    let result = async {
+        // The lake's state of the organization first, as `run` does: its push replaces the
+        // organization's rows, so an `--out` that lacks the lake's runs or action journal must
+        // not push over them.
+        if let Some(lake) = &lake {
+            log.enter(Stage::Lake);
+            restore_from_lake(&out, lake, None).await?;
+        }
+        log.enter(Stage::Load);
+        let mut loaded = load_blocking(config, run_id.clone(), Some(report)).await?;
+        log.done(Stage::Load, Some(&run_id));
+        if let Some(lake) = &lake {
+            log.enter(Stage::Lake);
+            loaded.lake = Some(push_to_lake(&out, lake, &crate::load::lake::committed_tables(), None).await?);
+            log.done(Stage::Lake, Some(&run_id));
+        }
+        Ok::<_, Error>(loaded)
     }
-    let mut loaded = load_blocking(config, run_id, Some(report)).await?;
-    if let Some(lake) = &lake {
-        loaded.lake = Some(push_to_lake(&out, lake, &crate::load::lake::committed_tables(), None).await?);
-    }
-    // A failure of these stages that the last `run` recorded is repaired: the report stops
-    // showing it (a failed lake push only when this load pushed to the lake).
-    let stages: &[Stage] = if lake.is_some() { &[Stage::Sync, Stage::Lake] } else { &[Stage::Sync] };
-    crate::report::clear_last_run(&out, stages);
+    .await;
+    let loaded = result.inspect_err(|e| log.fail(e))?;
     print_json(&loaded)?;
     Ok(exit::OK)
 }

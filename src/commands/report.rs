@@ -57,19 +57,14 @@ impl ReportArgs {
             (None, true) => RunState::Fleet(global.out.clone()),
             (None, false) => RunState::Own { out: OutDir::new(&global.out), locked_here: false },
         };
-        Ok(ReportConfig {
-            source,
-            org: self.org.clone(),
-            dir: global.out.join("report"),
-            state,
-            stale_after,
-            failed: None,
-        })
+        Ok(ReportConfig { source, org: self.org.clone(), dir: global.out.join("report"), state, stale_after })
     }
 }
 
 pub async fn exec(args: &ReportArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let summary = crate::report::write(args.config(global)?).await?;
     print_json(&summary)?;
-    Ok(exit::OK)
+    // A monitor's answer: every page fresh (or running over fresh data), or not.
+    let healthy = summary.pages.iter().all(|p| p.health.is_healthy());
+    Ok(if healthy { exit::OK } else { exit::NOT_FRESH })
 }

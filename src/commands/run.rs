@@ -10,8 +10,8 @@ use super::load::LoadOptions;
 use super::{print_json, stop_after_in_flight, validate_both, GlobalArgs};
 use crate::api::Client;
 use crate::out::OutDir;
-use crate::report::{FailedRun, HealthState, ReportConfig};
-use crate::sync::SyncJob;
+use crate::report::{HealthState, ReportConfig};
+use crate::sync::{StageLog, SyncJob};
 use crate::Error;
 
 #[derive(Debug, Args)]
@@ -50,9 +50,10 @@ struct ReportNote {
     error: Option<String>,
 }
 
-/// Writes the HTML report of `out`'s warehouse after a run (`failed`: why the run failed).
-async fn write_report(out: &OutDir, failed: Option<FailedRun>) -> ReportNote {
-    match crate::report::write(ReportConfig::after_sync(out, failed)).await {
+/// Writes the HTML report of `out`'s warehouse after a run, which recorded how it ended in the
+/// stage ledger first.
+async fn write_report(out: &OutDir) -> ReportNote {
+    match crate::report::write(ReportConfig::after_sync(out)).await {
         Ok(s) => {
             tracing::info!(path = %s.path.display(), "report written");
             ReportNote { health: s.pages.first().map(|p| p.health), path: Some(s.path), error: None }
@@ -77,27 +78,25 @@ pub async fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let _lock = config.out.lock("run")?;
     let (client, stop) = stop_after_in_flight(client);
     let out = config.out.clone();
-    let result = crate::sync::run(
-        SyncJob { extract: config, load: load_config, actions },
-        &client,
-        stop,
-        crate::sync::Sharing::Alone,
-    )
-    .await;
+    let job = SyncJob { extract: config, load: load_config, actions };
+    // Every stage this run will do is on record before its first step: a kill anywhere leaves it
+    // pending, which the report reads as interrupted.
+    let log = StageLog::begin(&out, "run", &job.stages());
+    let result = crate::sync::run(job, &client, stop, crate::sync::Sharing::Alone, &log).await;
     let report = match result {
         Ok(report) => report,
         Err(e) => {
             // The page shows the failure at the top, over the data of the last load; a later
-            // `report` reads it from the record.
-            crate::report::record_last_run(&out, Some(&e));
+            // `report` reads it from the ledger too.
+            log.fail(&e);
             if !args.no_report && out.root().join("warehouse.duckdb").is_file() {
-                write_report(&out, Some(crate::report::run_failed(&e))).await;
+                write_report(&out).await;
             }
             return Err(e);
         }
     };
-    crate::report::record_last_run(&out, None);
-    let note = if args.no_report { None } else { Some(write_report(&out, None).await) };
+    log.finish();
+    let note = if args.no_report { None } else { Some(write_report(&out).await) };
     print_json(&RunOutput { sync: &report, report: note })?;
     // As `actions apply`: the actions' summary (and a refused key) on stderr, and their code.
     Ok(report.actions.as_ref().map_or(crate::exit::OK, super::actions::actions_exit_code))

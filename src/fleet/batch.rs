@@ -25,7 +25,7 @@ use crate::load::fleet::{BatchConfig, FleetWarehouse, Member};
 use crate::load::lake::LakeConfig;
 use crate::load::{LoadError, LoadReport};
 use crate::out::OutDir;
-use crate::sync::SharedWarehouse;
+use crate::sync::{SharedWarehouse, Stage, StageLog};
 use crate::Error;
 
 /// How the fleet's organizations are batched.
@@ -50,13 +50,46 @@ pub const DEFAULT_PUBLISH_EVERY: Duration = Duration::from_secs(30);
 
 type Reply<T> = oneshot::Sender<Result<T, Error>>;
 
+/// How a batch answers a member: when its rows are committed to the fleet warehouse, then with
+/// its load's report (after its batch's lake commit, with a lake).
+type LoadAnswers = (oneshot::Sender<()>, Reply<LoadReport>);
+
 enum Request {
-    Previous { org: String, own: OutDir, config: ExtractConfig, reply: Reply<(ExtractConfig, Option<Snapshot>)> },
-    Load { member: Box<Member>, reply: Reply<LoadReport> },
-    Actions { org: String, own: OutDir, reply: Reply<()> },
-    KnownRuns { org: String, own: OutDir, reply: Reply<BTreeSet<String>> },
-    Restored { org: String, own: OutDir, everything: bool, reply: Reply<()> },
-    Stage { org: String, tables: Vec<&'static str>, dir: std::path::PathBuf, reply: Reply<()> },
+    Previous {
+        org: String,
+        own: OutDir,
+        config: ExtractConfig,
+        reply: Reply<(ExtractConfig, Option<Snapshot>)>,
+    },
+    /// `committed` hears when the member's rows are committed to the fleet warehouse, before
+    /// its batch's lake commit answers `reply`.
+    Load {
+        member: Box<Member>,
+        committed: oneshot::Sender<()>,
+        reply: Reply<LoadReport>,
+    },
+    Actions {
+        org: String,
+        own: OutDir,
+        reply: Reply<()>,
+    },
+    KnownRuns {
+        org: String,
+        own: OutDir,
+        reply: Reply<BTreeSet<String>>,
+    },
+    Restored {
+        org: String,
+        own: OutDir,
+        everything: bool,
+        reply: Reply<()>,
+    },
+    Stage {
+        org: String,
+        tables: Vec<&'static str>,
+        dir: std::path::PathBuf,
+        reply: Reply<()>,
+    },
 }
 
 /// The running writer.
@@ -184,7 +217,7 @@ impl SharedWarehouse for OrgWarehouse {
         self.ask(|reply| Request::Previous { org: self.org.clone(), own: self.own.clone(), config, reply })
     }
 
-    fn load(&self, report: ExtractReport) -> BoxFuture<'_, Result<LoadReport, Error>> {
+    fn load<'a>(&'a self, report: ExtractReport, log: &'a StageLog) -> BoxFuture<'a, Result<LoadReport, Error>> {
         Box::pin(async move {
             // The landing is read here, on a blocking thread, while the writer loads earlier
             // batches; the permit bounds the landings held in memory.
@@ -202,8 +235,18 @@ impl SharedWarehouse for OrgWarehouse {
             };
             // Counted out once the request is in the channel: a writer that sees no load to
             // come finds every sent one there.
-            let answer = self.ask(|reply| Request::Load { member: Box::new(member), reply });
+            let run_id = member.extracted.spec.run_id.clone();
+            let (committed, on_commit) = oneshot::channel();
+            let answer = self.ask(|reply| Request::Load { member: Box::new(member), committed, reply });
             self.to_load.done();
+            // Committed to the fleet warehouse: what is left is the batch's lake commit, the
+            // lake stage's (a load that failed drops `committed` unsent).
+            if on_commit.await.is_ok() {
+                log.done(Stage::Load, Some(&run_id));
+                if self.lake.is_some() {
+                    log.enter(Stage::Lake);
+                }
+            }
             answer.await
         })
     }
@@ -246,7 +289,7 @@ fn serve(
     to_load: Arc<std::sync::atomic::AtomicUsize>,
     names: Vec<String>,
 ) -> Result<(), LoadError> {
-    let mut batch: Vec<(Member, Reply<LoadReport>)> = vec![];
+    let mut batch: Vec<(Member, LoadAnswers)> = vec![];
     let mut opened: Option<Instant> = None;
     let mut published = Instant::now();
     // The organizations whose previous state has not been asked yet, in the fleet's order:
@@ -300,9 +343,9 @@ fn serve(
                 let _ = reply.send(w.stage_lake(&[org], &tables, &dir).map(|_| ()).map_err(Error::from));
                 false
             }
-            Ok(Request::Load { member, reply }) => {
+            Ok(Request::Load { member, committed, reply }) => {
                 opened.get_or_insert_with(Instant::now);
-                batch.push((*member, reply));
+                batch.push((*member, (committed, reply)));
                 false
             }
             Err(mpsc::RecvTimeoutError::Timeout) => false,
@@ -310,15 +353,17 @@ fn serve(
         };
         let due = opened.is_some_and(|t| t.elapsed() >= options.wait) || (nothing_to_come() && timed_out);
         if !batch.is_empty() && (ended || due || batch.len() >= options.size) {
-            let (members, replies): (Vec<Member>, Vec<Reply<LoadReport>>) =
-                std::mem::take(&mut batch).into_iter().unzip();
+            let (members, replies): (Vec<Member>, Vec<LoadAnswers>) = std::mem::take(&mut batch).into_iter().unzip();
             opened = None;
             let started = Instant::now();
             let size = members.len();
             let lake = members.iter().find_map(|m| m.lake.clone());
             let with_actions: BTreeSet<String> = members.iter().filter(|m| m.actions).map(|m| m.org.clone()).collect();
             let mut loaded = vec![];
-            for ((org, outcome), reply) in w.load(members, &options.config).into_iter().zip(replies) {
+            for ((org, outcome), (committed, reply)) in w.load(members, &options.config).into_iter().zip(replies) {
+                if outcome.is_ok() {
+                    let _ = committed.send(());
+                }
                 match outcome {
                     Ok(report) if lake.is_some() => {
                         let actions = with_actions.contains(&org);
@@ -371,22 +416,27 @@ fn commit_to_lake(
     let complete: Vec<String> =
         loaded.iter().filter(|(_, actions, ..)| !actions).map(|(org, ..)| org.clone()).collect();
     let first: Vec<&'static str> = crate::load::lake::tables().into_iter().filter(|t| !LAST.contains(t)).collect();
-    let dir = w.lake_staging();
-    let staged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut rows = w.stage_lake(&orgs, &first, &dir)?;
-        if !complete.is_empty() {
-            for (org, counts) in w.stage_lake(&complete, &LAST, &dir)? {
-                rows.entry(org).or_default().extend(counts);
+    let staged = w.lake_staging().and_then(|dir| {
+        let rows = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut rows = w.stage_lake(&orgs, &first, &dir)?;
+            if !complete.is_empty() {
+                for (org, counts) in w.stage_lake(&complete, &LAST, &dir)? {
+                    rows.entry(org).or_default().extend(counts);
+                }
             }
-        }
-        Ok(rows)
-    }))
-    .unwrap_or_else(|_| Err(LoadError::Lake("staging the batch for the lake panicked (a bug): see the log".into())));
-    let mut staged_rows = match staged {
-        Ok(rows) => rows,
-        Err(e) => {
+            Ok(rows)
+        }))
+        .unwrap_or_else(|_| {
+            Err(LoadError::Lake("staging the batch for the lake panicked (a bug): see the log".into()))
+        });
+        if rows.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
+        }
+        rows.map(|rows| (dir, rows))
+    });
+    let (dir, mut staged_rows) = match staged {
+        Ok(staged) => staged,
+        Err(e) => {
             for (_, _, _, reply) in loaded {
                 let _ = reply.send(Err(not_in_lake(&lake.url, &e, orgs.len())));
             }

@@ -21,7 +21,7 @@ use crate::action::ActionReport;
 use crate::api::{ApiError, Client, Transport};
 use crate::extract::ExtractError;
 use crate::out::OutDir;
-use crate::sync::Sharing;
+use crate::sync::{Sharing, StageLog};
 use crate::{exit, Error};
 
 use super::batch::{BatchOptions, Batcher, OrgWarehouse};
@@ -270,7 +270,14 @@ async fn run_org(
                     Some(w) => Sharing::Shared(w),
                     None => Sharing::OwnWarehouse(loads),
                 };
-                let outcome = crate::sync::run(job.sync.clone(), &client, stop, sharing).await;
+                // The organization's stage ledger, in its own directory: the report reads a
+                // killed fleet run's organizations as interrupted, not fresh.
+                let log = StageLog::begin(&job.sync.extract.out, "fleet run", &job.sync.stages());
+                let outcome = crate::sync::run(job.sync.clone(), &client, stop, sharing, &log).await;
+                match &outcome {
+                    Ok(_) => log.finish(),
+                    Err(e) => log.fail(e),
+                }
                 (Some(lock), Some(client), outcome)
             }
         },

@@ -419,7 +419,6 @@ impl FleetWarehouse {
     /// Loads a batch: every member prepared and staged, then all of them in one transaction.
     /// Returns each member's outcome, in the order given; a member's error is its own.
     pub fn load(&mut self, members: Vec<Member>, config: &BatchConfig) -> Vec<Outcome> {
-        let staging = self.out.root().join(".staging").join(format!("batch-{}", crate::out::new_run_id()));
         let order: Vec<String> = members.iter().map(|m| m.org.clone()).collect();
         let mut outcomes: BTreeMap<String, Result<LoadReport, LoadError>> = BTreeMap::new();
         let mut ready = vec![];
@@ -458,15 +457,26 @@ impl FleetWarehouse {
         }
         let stages = format!("{stages:?}");
         let started = std::time::Instant::now();
-        for (org, outcome) in self.commit(ready, &staging) {
-            outcomes.insert(org, outcome);
-        }
-        tracing::debug!(members = order.len(), stages = %stages, commit_ms = started.elapsed().as_millis() as u64, "batch stages (ms, summed over members)");
-        if let Err(e) = std::fs::remove_dir_all(&staging) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(path = %staging.display(), error = %e, "cannot remove a batch's staged files");
+        // A directory of its own: batches (and the lake's staging) overlap in time.
+        match crate::out::unique_dir(&self.out.root().join(".staging"), "batch-") {
+            Ok(staging) => {
+                for (org, outcome) in self.commit(ready, &staging) {
+                    outcomes.insert(org, outcome);
+                }
+                if let Err(e) = std::fs::remove_dir_all(&staging) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        tracing::warn!(path = %staging.display(), error = %e, "cannot remove a batch's staged files");
+                    }
+                }
+            }
+            Err(e) => {
+                let e = e.to_string();
+                for r in ready {
+                    outcomes.insert(r.org, Err(LoadError::Kind(format!("cannot stage the batch: {e}"))));
+                }
             }
         }
+        tracing::debug!(members = order.len(), stages = %stages, commit_ms = started.elapsed().as_millis() as u64, "batch stages (ms, summed over members)");
         order
             .into_iter()
             .map(|org| {
@@ -671,10 +681,10 @@ impl FleetWarehouse {
         super::lake::stage_organizations(conn, orgs, tables, dir)
     }
 
-    /// A new directory name for a batch's staged lake files, cleaned up by the next open if a
-    /// crash leaves it.
-    pub fn lake_staging(&self) -> PathBuf {
-        self.out.root().join(".staging").join(format!("lake-{}", crate::out::new_run_id()))
+    /// A new directory of its own for a batch's staged lake files (batches overlap in time),
+    /// cleaned up by the next open if a crash leaves it.
+    pub fn lake_staging(&self) -> Result<PathBuf, LoadError> {
+        Ok(crate::out::unique_dir(&self.out.root().join(".staging"), "lake-")?)
     }
 
     /// Copies the organization's actions' results from its own warehouse (where its journal

@@ -19,9 +19,8 @@
 //!
 //! Concurrency is Delta's own: commits are atomic and a commit lands only on the version it read
 //! (on S3 through conditional writes). A commit that conflicts (two writers creating a table,
-//! or the same organization at once) is retried on a fresh snapshot with backoff, up to
-//! [`COMMIT_ATTEMPTS`]; after that the load fails (exit 1) and the table keeps its last
-//! committed version.
+//! or the same organization at once) is retried on a fresh snapshot by the policy [`CONFLICTS`];
+//! after that the load fails (exit 1) and the table keeps its last committed version.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -38,10 +37,18 @@ use deltalake::{DeltaTable, DeltaTableError};
 use serde::Serialize;
 
 use super::{warehouse, LoadError};
+use crate::api::RetryPolicy;
 use crate::out::{io_err, OutDir};
 
-/// Attempts of one table's commit before a conflict is final.
-pub const COMMIT_ATTEMPTS: u32 = 10;
+/// How a table's commit that conflicts with another writer's is retried, on a fresh snapshot:
+/// the client's retry policy ([`RetryPolicy`]: exponential backoff with equal jitter), 10
+/// attempts in all, the first backoff 100 ms, the longest 3.2 s.
+pub const CONFLICTS: RetryPolicy = RetryPolicy {
+    max_attempts: 10,
+    deadline: Duration::from_secs(60),
+    base_backoff: Duration::from_millis(100),
+    max_backoff: Duration::from_millis(3200),
+};
 
 /// Immediate retries of one table's commit after losing the race to other organizations'
 /// commits (which leave this organization's files as they were). A lost race usually means
@@ -339,8 +346,7 @@ async fn write_files(
 /// and the commit refuses to land on any other version (delta-rs's own retry is off: it would
 /// rebase the commit without re-reading which files are the organization's). A commit that lost
 /// the race to another organization's (its files unchanged) is retried at once; one that lost to
-/// a writer of the same organization is a conflict, retried with backoff up to
-/// [`COMMIT_ATTEMPTS`].
+/// a writer of the same organization is a conflict, retried by the policy [`CONFLICTS`].
 async fn commit_table(
     lake: &LakeConfig,
     orgs: &[String],
@@ -410,7 +416,8 @@ async fn commit_table(
                     written.iter().filter_map(|a| if let Action::Add(a) = a { Some(a.path.as_str()) } else { None }).collect();
                 if !landed.is_empty() && removes.keys().any(|p| landed.contains(p.as_str())) {
                     if removes.keys().all(|p| landed.contains(p.as_str())) {
-                        return Ok(Ok(t.version().unwrap_or_default()));
+                        // The snapshot that holds them is the commit's version or a later one.
+                        return Ok(version_of(state.version()));
                     }
                     return Ok(Err(LoadError::Lake(format!(
                         "the lake's `{table}` holds some of this load's files beside others of {}; nothing more is committed",
@@ -448,7 +455,7 @@ async fn commit_table(
                 .build(Some(state), t.log_store(), operation)
                 .await
                 .inspect_err(|_| lost_with = Some(removes))?;
-            Ok(Ok(committed.version()))
+            Ok(version_of(committed.version()))
         }
         .await;
         match result {
@@ -456,12 +463,11 @@ async fn commit_table(
             // Lost the race to another organization's commit: retry at once on the new snapshot
             // (each round lands one writer, so this ends).
             Err(e) if is_conflict(&e) && lost_with.is_some() && rebases < REBASES => rebases += 1,
-            Err(e) if is_conflict(&e) && conflicts + 1 < COMMIT_ATTEMPTS => {
+            Err(e) if is_conflict(&e) && conflicts + 1 < CONFLICTS.max_attempts => {
                 conflicts += 1;
                 lost_with = None;
                 report.conflicts_retried += 1;
-                let wait =
-                    Duration::from_millis(50u64 << conflicts.min(6)) + Duration::from_millis(fastrand::u64(0..50));
+                let wait = CONFLICTS.backoff(conflicts);
                 tracing::info!(table, attempt = conflicts, wait_ms = wait.as_millis() as u64, error = %e, "lake commit conflicted; retrying on a fresh snapshot");
                 tokio::time::sleep(wait).await;
             }
@@ -471,6 +477,13 @@ async fn commit_table(
             Err(e) => return Err(uncertain(&e)),
         }
     }
+}
+
+/// A Delta version as the report gives it: never a guess (a negative version is no version).
+fn version_of(version: impl TryInto<u64> + Copy + std::fmt::Display) -> Result<u64, LoadError> {
+    version
+        .try_into()
+        .map_err(|_| LoadError::Lake(format!("delta-rs gave the commit the version {version}, which is not a version")))
 }
 
 /// Commits this organization's rows of the named staged tables, one commit each, in order.

@@ -117,12 +117,20 @@ pub fn time(row: &Row, key: &str) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
-/// How the organization's data stands, shown at the top of its page.
+/// How the organization's data stands, shown at the top of its page. Ordered worst first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HealthState {
-    /// A run after the last loaded one did not finish, or the last loaded run did not complete.
+    /// A command that should have refreshed the data failed (its stage is on record, and no later
+    /// command redid it), a run it extracted was not loaded or not published, or the last loaded
+    /// run did not complete.
     Failed,
+    /// A command started and did not end (killed, out of memory, the machine lost) and nothing
+    /// holds the output directory now, or a run was stopped (Ctrl-C, a budget): a rerun resumes.
+    Interrupted,
+    /// A command has not ended, and whether it still runs cannot be told (the lock cannot be
+    /// probed), or its record cannot be read.
+    Unknown,
     /// The last sync finished longer ago than `--stale-after`.
     Stale,
     /// Nothing loaded yet.
@@ -133,9 +141,22 @@ pub enum HealthState {
 }
 
 impl HealthState {
+    /// Every state, worst first.
+    pub const ALL: [HealthState; 7] = [
+        HealthState::Failed,
+        HealthState::Interrupted,
+        HealthState::Unknown,
+        HealthState::Stale,
+        HealthState::Never,
+        HealthState::Running,
+        HealthState::Fresh,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             HealthState::Failed => "failed",
+            HealthState::Interrupted => "interrupted",
+            HealthState::Unknown => "unknown",
             HealthState::Stale => "stale",
             HealthState::Never => "never synced",
             HealthState::Running => "running",
@@ -147,12 +168,38 @@ impl HealthState {
     pub fn css_class(self) -> String {
         self.as_str().replace(' ', "-")
     }
+
+    /// Whether a monitor can leave it alone: fresh data, or a run in progress over fresh data (or
+    /// a first sync in progress). Anything else makes `creator-etl report` exit 7.
+    pub fn is_healthy(self) -> bool {
+        matches!(self, HealthState::Fresh | HealthState::Running)
+    }
 }
 
-/// A run that did not reach the warehouse, as the output directory (or the fleet's status
-/// file, or the `run` that just failed) tells.
+/// What kind of trouble a [`RunProblem`] is, worst first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProblemKind {
+    Failed,
+    Interrupted,
+    Unknown,
+}
+
+impl ProblemKind {
+    fn state(self) -> HealthState {
+        match self {
+            ProblemKind::Failed => HealthState::Failed,
+            ProblemKind::Interrupted => HealthState::Interrupted,
+            ProblemKind::Unknown => HealthState::Unknown,
+        }
+    }
+}
+
+/// A run that did not bring the data up to date, as the output directory tells (its stage
+/// ledger, its raw runs, the fleet's status file).
 #[derive(Clone, Debug, Serialize)]
-pub struct FailedRun {
+pub struct RunProblem {
+    pub kind: ProblemKind,
     pub at: Option<DateTime<Utc>>,
     pub what: String,
 }
@@ -167,10 +214,12 @@ pub struct Health {
 }
 
 impl Health {
-    /// `running`: who holds the output directory's lock now (another process), if anyone.
+    /// `problems`: what the output directory knows that the data does not (the newest heads the
+    /// page, the others follow as notes); `running`: who holds the output directory's lock now
+    /// (another process), if anyone.
     pub fn of(
         answers: &Answers,
-        failed: Option<&FailedRun>,
+        problems: &[RunProblem],
         running: Option<&str>,
         now: DateTime<Utc>,
         stale_after: std::time::Duration,
@@ -179,6 +228,17 @@ impl Health {
         let last = runs.first();
         let last_synced_at = last.and_then(|r| time(r, "finished_at"));
         let mut notes = vec![];
+        // The worst problem heads the page, the newest of those (one with no time counts as
+        // newest); the others are said below it.
+        let mut problems: Vec<&RunProblem> = problems.iter().collect();
+        problems.sort_by_key(|p| (p.kind, std::cmp::Reverse((p.at.is_none(), p.at))));
+        let (first, others) = match problems.split_first() {
+            Some((first, others)) => (Some(*first), others),
+            None => (None, &[][..]),
+        };
+        for p in others {
+            notes.push(format!("Also: {}{}.", p.what, p.at.map(|t| format!(" ({})", stamp(t))).unwrap_or_default()));
+        }
         if let Some(r) = last {
             if let Some(w) = int(r, "warnings").filter(|w| *w > 0) {
                 notes.push(format!("The last loaded run reported {w} warning{}.", plural(w)));
@@ -195,19 +255,27 @@ impl Health {
         }
         let completed = last.and_then(|r| text(r, "status")).is_none_or(|s| s == "completed" || s == "loaded");
         let age = last_synced_at.map(|t| (now - t).to_std().unwrap_or_default());
-        let (state, headline) = match (failed, last_synced_at) {
-            (Some(f), _) => (
-                HealthState::Failed,
-                format!(
-                    "Failed: {}{}. {}",
-                    f.what,
-                    f.at.map(|t| format!(" ({})", stamp(t))).unwrap_or_default(),
-                    match last_synced_at {
-                        Some(t) => format!("The data below is from the sync that finished {}.", stamp(t)),
-                        None => "Nothing has been loaded yet.".into(),
-                    }
-                ),
-            ),
+        let (state, headline) = match (first, last_synced_at) {
+            (Some(p), _) => {
+                let state = p.kind.state();
+                let word = match p.kind {
+                    ProblemKind::Failed => "Failed",
+                    ProblemKind::Interrupted => "Interrupted",
+                    ProblemKind::Unknown => "Unknown",
+                };
+                (
+                    state,
+                    format!(
+                        "{word}: {}{}. {}",
+                        p.what,
+                        p.at.map(|t| format!(" ({})", stamp(t))).unwrap_or_default(),
+                        match last_synced_at {
+                            Some(t) => format!("The data below is from the sync that finished {}.", stamp(t)),
+                            None => "Nothing has been loaded yet.".into(),
+                        }
+                    ),
+                )
+            }
             (None, _) if !completed => (
                 HealthState::Failed,
                 format!(
@@ -321,7 +389,7 @@ mod tests {
             serde_json::json!({"run_id": "r1", "finished_at": at, "status": status, "sync_mode": "quick",
                                "warnings": 2, "counts_agree": false, "rate_limited": 0})
         };
-        let h = Health::of(&answers(vec![run("2026-11-25T09:59:59.5+00:00", "completed")]), None, None, now, day);
+        let h = Health::of(&answers(vec![run("2026-11-25T09:59:59.5+00:00", "completed")]), &[], None, now, day);
         assert_eq!(h.state, HealthState::Fresh);
         assert!(
             h.headline.contains("2 h 0 min before this page") && h.headline.contains("quick sync"),
@@ -329,30 +397,35 @@ mod tests {
             h.headline
         );
         assert_eq!(h.notes.len(), 2, "warnings and disagreeing counts: {:?}", h.notes);
-        let h = Health::of(&answers(vec![run("2026-11-23T10:00:00+00:00", "completed")]), None, None, now, day);
+        let h = Health::of(&answers(vec![run("2026-11-23T10:00:00+00:00", "completed")]), &[], None, now, day);
         assert_eq!(h.state, HealthState::Stale);
         assert!(
             h.headline.contains("2 days 2 h before") && h.headline.contains("(more than 1day 2h)"),
             "{}",
             h.headline
         );
-        let failed = FailedRun { at: Some(now), what: "run x did not finish".into() };
-        let h =
-            Health::of(&answers(vec![run("2026-11-25T10:00:00+00:00", "completed")]), Some(&failed), None, now, day);
+        let failed = RunProblem { kind: ProblemKind::Failed, at: Some(now), what: "run x did not finish".into() };
+        let h = Health::of(
+            &answers(vec![run("2026-11-25T10:00:00+00:00", "completed")]),
+            std::slice::from_ref(&failed),
+            None,
+            now,
+            day,
+        );
         assert_eq!(h.state, HealthState::Failed);
         assert!(
             h.headline.starts_with("Failed: run x did not finish (2026-11-25 12:00 UTC). The data below"),
             "{}",
             h.headline
         );
-        let h = Health::of(&answers(vec![run("2026-11-25T10:00:00+00:00", "failed")]), None, None, now, day);
+        let h = Health::of(&answers(vec![run("2026-11-25T10:00:00+00:00", "failed")]), &[], None, now, day);
         assert_eq!(h.state, HealthState::Failed);
-        let h = Health::of(&answers(vec![]), None, None, now, day);
+        let h = Health::of(&answers(vec![]), &[], None, now, day);
         assert_eq!(h.state, HealthState::Never);
         assert_eq!(h.last_synced_at, None);
         let h = Health::of(
             &answers(vec![run("2026-11-23T10:00:00+00:00", "completed")]),
-            None,
+            &[],
             Some("run 20261125T110000Z-1 (pid 7, since 2026-11-25T11:00:00Z)"),
             now,
             day,
@@ -365,11 +438,23 @@ mod tests {
         );
         let holder = Some("run 20261125T110000Z-1 (pid 7, since 2026-11-25T11:00:00Z)");
         let fresh = answers(vec![run("2026-11-25T10:00:00+00:00", "completed")]);
-        let h = Health::of(&fresh, None, holder, now, day);
+        let h = Health::of(&fresh, &[], holder, now, day);
         assert_eq!(h.state, HealthState::Running);
         assert!(h.headline.starts_with("Running: run 20261125T110000Z-1 (pid 7"), "{}", h.headline);
-        let h = Health::of(&fresh, Some(&failed), holder, now, day);
+        let h = Health::of(&fresh, std::slice::from_ref(&failed), holder, now, day);
         assert_eq!(h.state, HealthState::Failed, "nor an earlier failure");
+        // A killed run reads interrupted; the older of two problems follows as a note.
+        let killed = RunProblem {
+            kind: ProblemKind::Interrupted,
+            at: Some(now - chrono::Duration::hours(1)),
+            what: "`creator-etl run` started and did not end".into(),
+        };
+        let h = Health::of(&fresh, std::slice::from_ref(&killed), None, now, day);
+        assert_eq!(h.state, HealthState::Interrupted);
+        assert!(h.headline.starts_with("Interrupted: `creator-etl run` started and did not end"), "{}", h.headline);
+        let h = Health::of(&fresh, &[killed, failed], None, now, day);
+        assert_eq!(h.state, HealthState::Failed, "the worst heads the page");
+        assert!(h.notes[0].starts_with("Also: `creator-etl run` started and did not end"), "{:?}", h.notes);
     }
 
     #[test]

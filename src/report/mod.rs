@@ -22,10 +22,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-pub use data::{FailedRun, Health, HealthState, ASKED};
+pub use data::{Health, HealthState, ProblemKind, RunProblem, ASKED};
 pub use page::SECTIONS;
 
-use crate::out::OutDir;
+use crate::out::{Holder, OutDir};
 use crate::query::{QueryError, Reader, Source, Switchable};
 use crate::Error;
 
@@ -38,13 +38,14 @@ pub enum RunState {
     /// Nowhere: only the data (a lake read from elsewhere).
     DataOnly,
     /// One organization's output directory: a run holding its lock now (unless `locked_here`:
-    /// this process holds it, as `run` and the demo do); a newer raw run that did not finish, or
-    /// that finished its extract and was not loaded; and, for an organization of a fleet with
-    /// its own warehouse, its status file (`fleet status`).
+    /// this process holds it, as `run` and the demo do); its stage ledger
+    /// ([`crate::sync::stages`]); a newer raw run that did not finish, or that finished its
+    /// extract and was not loaded; and, for an organization of a fleet with its own warehouse,
+    /// its status file (`fleet status`).
     Own { out: OutDir, locked_here: bool },
-    /// A fleet's output directory: each organization's lock and status file (`fleet status`).
-    /// Organizations with a status file and no rows yet (a first sync that failed) get a page
-    /// too.
+    /// A fleet's output directory: the fleet's lock, and each organization's lock, stage ledger
+    /// and status file (`fleet status`). Organizations with a status file and no rows yet (a
+    /// first sync that failed) get a page too.
     Fleet(PathBuf),
 }
 
@@ -58,21 +59,18 @@ pub struct ReportConfig {
     pub dir: PathBuf,
     pub state: RunState,
     pub stale_after: Duration,
-    /// A run that just failed (the `run` that writes the report after its failure).
-    pub failed: Option<FailedRun>,
 }
 
 impl ReportConfig {
     /// The report a command holding `out`'s lock writes of its warehouse after a sync (`run`,
-    /// the demo); `failed`: why that sync failed.
-    pub fn after_sync(out: &OutDir, failed: Option<FailedRun>) -> Self {
+    /// the demo), which recorded how it ended in the stage ledger first.
+    pub fn after_sync(out: &OutDir) -> Self {
         ReportConfig {
             source: Source::Warehouse { path: out.root().join("warehouse.duckdb"), org: None },
             org: None,
             dir: out.root().join("report"),
             state: RunState::Own { out: out.clone(), locked_here: true },
             stale_after: DEFAULT_STALE_AFTER,
-            failed,
         }
     }
 }
@@ -205,11 +203,8 @@ fn org_page(
     overview: Option<&str>,
 ) -> Result<(Health, page::Built), Error> {
     let answers = data::Answers::ask(conn.select(org)?, &config.source)?;
-    let (failed, running) = match &config.failed {
-        Some(f) => (Some(f.clone()), None),
-        None => not_loaded(&config.state, org, &answers),
-    };
-    let health = Health::of(&answers, failed.as_ref(), running.as_deref(), now, config.stale_after);
+    let found = run_findings(&config.state, org, &answers);
+    let health = Health::of(&answers, &found.problems, found.running.as_deref(), now, config.stale_after);
     let built = page::org_page(&page::OrgPage {
         organization: org,
         source,
@@ -221,116 +216,187 @@ fn org_page(
     Ok((health, built))
 }
 
-/// What the output directory knows that the data does not: a run that did not reach the data
-/// (newer than the last loaded one), or who holds the directory now (a run in progress).
-fn not_loaded(state: &RunState, org: Option<&str>, answers: &data::Answers) -> (Option<FailedRun>, Option<String>) {
+/// What the output directory knows that the data does not.
+#[derive(Default)]
+struct Findings {
+    /// Runs that did not bring the data up to date.
+    problems: Vec<RunProblem>,
+    /// Who holds the directory now (a run in progress), when another process does.
+    running: Option<String>,
+}
+
+/// What the output directory knows that the data does not: its stage ledger's failed, killed or
+/// unpublished stages, the fleet's status file, a raw run that did not reach the data (newer
+/// than the last loaded one), and who holds the directory now (a run in progress).
+fn run_findings(state: &RunState, org: Option<&str>, answers: &data::Answers) -> Findings {
     let runs = answers.rows("run_health");
     let loaded_at = runs.first().and_then(|r| data::time(r, "finished_at"));
     let newer = |at: DateTime<Utc>| loaded_at.is_none_or(|l| at > l);
-    let (out, locked_here, fleet) = match (state, org) {
-        (RunState::Own { out, locked_here }, _) => (out.clone(), *locked_here, false),
-        (RunState::Fleet(out), Some(org)) => (OutDir::new(crate::fleet::status::org_dir(out, org)), false, true),
-        _ => return (None, None),
-    };
-    let running = if locked_here { None } else { out.lock_holder() };
-    // The newest of what the fleet's status file, `run`'s record and the raw runs tell (one with
-    // no time counts as newest). While a run is in progress, an unfinished raw run is most
-    // likely its own: not a failure. A fleet's organization's raw runs are its status file's
-    // business (its loads go into the fleet warehouse, in batches).
-    let mut failures = vec![fleet_failure(out.root(), newer), last_run_failure(&out, newer)];
-    if running.is_none() && !fleet {
-        failures.push(raw_run_not_loaded(&out, runs, newer));
-    }
-    let failed = failures.into_iter().flatten().max_by_key(|f| (f.at.is_none(), f.at));
-    (failed, running)
-}
-
-/// How the last `run` of an output directory ended: `OUT/state/last-run.json`, written by `run`
-/// when it finishes or fails, so that a later report knows of a failure that left no raw run
-/// (a preflight that failed) or came after the load (the actions, the lake push). The error is
-/// kept as [`Error::recorded`] gives it: a lock's holder by its pid only. A later command that
-/// redoes the failed stage and succeeds clears it ([`clear_last_run`]).
-#[derive(Debug, Serialize, serde::Deserialize)]
-pub struct LastRun {
-    pub finished_at: DateTime<Utc>,
-    /// Why it failed; None when it completed.
-    pub error: Option<String>,
-    /// The stage that failed.
-    #[serde(default)]
-    pub stage: Option<Stage>,
-}
-
-/// The stage of a `run` that failed, as far as the commands that can redo it go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Stage {
-    /// The preflight, the extract or the load: `load` redoes it.
-    Sync,
-    /// The lake's restore or push: `load --lake` redoes it.
-    Lake,
-    /// The reviewed actions: `actions apply` redoes them.
-    Actions,
-}
-
-impl Stage {
-    fn of(e: &Error) -> Stage {
-        match e {
-            Error::Load(crate::load::LoadError::Lake(_)) => Stage::Lake,
-            Error::Action(_) => Stage::Actions,
-            _ => Stage::Sync,
+    // The organization's directory, and the one whose lock a publish of its loads waits for: a
+    // fleet warehouse's loads reach readers when the fleet run publishes.
+    let (out, locked_here, publisher) = match (state, org) {
+        (RunState::Own { out, locked_here }, _) => (out.clone(), *locked_here, None),
+        (RunState::Fleet(dir), Some(org)) => {
+            (OutDir::new(crate::fleet::status::org_dir(dir, org)), false, Some(OutDir::new(dir)))
         }
+        _ => return Findings::default(),
+    };
+    // The command writing this page holds the lock itself, and recorded how it ended first.
+    let holder = if locked_here { Holder::Free } else { out.lock_holder() };
+    let publishing = match &publisher {
+        Some(fleet) => fleet.lock_holder(),
+        None => holder.clone(),
+    };
+    let loaded: Vec<&str> = runs.iter().filter_map(|r| data::text(r, "run_id")).collect();
+    let mut found = Findings::default();
+    found.problems.extend(fleet_failure(out.root(), newer));
+    found.problems.extend(ledger_problems(&out, &holder, &publishing, &loaded));
+    // While a run is in progress, an unfinished raw run is most likely its own: not a failure.
+    // A fleet's organization's raw runs go into the fleet warehouse in batches: its ledger
+    // tells whether they were loaded and published.
+    if holder == Holder::Free && publisher.is_none() {
+        found.problems.extend(raw_run_not_loaded(&out, runs, newer));
     }
+    found.running = match (holder, publishing) {
+        (Holder::Held(h), _) => Some(h),
+        (_, Holder::Held(h)) if publisher.is_some() => Some(h),
+        _ => None,
+    };
+    found
 }
 
-fn last_run_path(out: &OutDir) -> PathBuf {
-    out.state_dir().join("last-run.json")
-}
-
-/// Records how a `run` ended (see [`LastRun`]). A record that cannot be written is a warning:
-/// the run's own outcome stands.
-pub fn record_last_run(out: &OutDir, failed: Option<&Error>) {
-    let record = LastRun { finished_at: Utc::now(), error: failed.map(Error::recorded), stage: failed.map(Stage::of) };
-    if let Err(e) = crate::out::write_json_atomic(&last_run_path(out), &record) {
-        tracing::warn!(error = %e, "how this run ended cannot be recorded for the report");
-    }
-}
-
-/// After a command that redid `stages` and succeeded: a recorded failure of one of them is
-/// behind (a failure of another stage stays).
-pub fn clear_last_run(out: &OutDir, stages: &[Stage]) {
-    let Ok(bytes) = std::fs::read(last_run_path(out)) else { return };
-    let Ok(last) = serde_json::from_slice::<LastRun>(&bytes) else { return };
-    if last.error.is_some() && stages.contains(&last.stage.unwrap_or(Stage::Sync)) {
-        record_last_run(out, None);
-    }
-}
-
-/// The page's words for a `run` that just failed.
-pub fn run_failed(e: &Error) -> FailedRun {
-    FailedRun { at: Some(Utc::now()), what: format!("`creator-etl run` failed: {}", shorten(&e.recorded())) }
-}
-
-fn last_run_failure(out: &OutDir, newer: impl Fn(DateTime<Utc>) -> bool) -> Option<FailedRun> {
-    let path = last_run_path(out);
-    let bytes = std::fs::read(&path).ok()?;
-    let last: LastRun = match serde_json::from_slice(&bytes) {
-        Ok(last) => last,
+/// What an organization's stage ledger ([`crate::sync::stages`]) says is not done: a stage that
+/// failed; one a command started and did not end (killed: nobody holds the lock); one whose
+/// command may still run (the lock cannot be probed); a load whose run never reached the data
+/// read (`loaded`: the data's runs), once its publisher no longer holds the lock. The stages of
+/// a failed command after its failure were not reached: said with its failure.
+fn ledger_problems(out: &OutDir, holder: &Holder, publishing: &Holder, loaded: &[&str]) -> Vec<RunProblem> {
+    use crate::sync::stages::{self, Stage, StageState};
+    let stages = match stages::read(out) {
+        Ok(stages) => stages,
         Err(e) => {
-            let written = modified_at(&path);
-            return written.is_none_or(&newer).then(|| FailedRun {
-                at: written,
-                what: format!(
-                    "how the last `creator-etl run` ended is unknown: `{}` cannot be read ({e})",
-                    path.display()
-                ),
-            });
+            return vec![RunProblem {
+                kind: ProblemKind::Unknown,
+                at: e.written,
+                what: format!("how the last command ended is unknown: `{}` {}", e.path.display(), e.why),
+            }]
         }
     };
-    let error = last.error?;
-    newer(last.finished_at).then(|| FailedRun {
-        at: Some(last.finished_at),
-        what: format!("the last `creator-etl run` failed: {}", shorten(&error)),
-    })
+    let same_command =
+        |a: &stages::StageEntry, b: &stages::StageEntry| a.command == b.command && a.started_at == b.started_at;
+    let not_reached = |failed: &stages::StageEntry| -> String {
+        let later: Vec<&str> = stages
+            .iter()
+            .filter(|(_, e)| e.state == StageState::NotReached && same_command(e, failed))
+            .map(|(s, _)| s.as_str())
+            .collect();
+        match later.as_slice() {
+            [] => String::new(),
+            [one] => format!("; it did not reach its {one} stage"),
+            many => format!("; it did not reach its {} stages", many.join(", ")),
+        }
+    };
+    let mut problems = vec![];
+    for (stage, entry) in &stages {
+        let command = format!("`creator-etl {}` (started {})", entry.command, data::stamp(entry.started_at));
+        match entry.state {
+            StageState::Failed => {
+                let how = if entry.interrupted { "was stopped" } else { "failed" };
+                problems.push(RunProblem {
+                    kind: if entry.interrupted { ProblemKind::Interrupted } else { ProblemKind::Failed },
+                    at: entry.ended_at.or(Some(entry.started_at)),
+                    what: format!(
+                        "{command} {how} in its {} stage: {}{}; {} redoes it",
+                        stage.as_str(),
+                        shorten(entry.error.as_deref().unwrap_or("no message was recorded")),
+                        not_reached(entry),
+                        stage.redone_by()
+                    ),
+                });
+            }
+            StageState::NotReached => {
+                // Said with its command's failure, while that stands.
+                if stages.values().any(|e| e.state == StageState::Failed && same_command(e, entry)) {
+                    continue;
+                }
+                problems.push(RunProblem {
+                    kind: ProblemKind::Failed,
+                    at: entry.ended_at.or(Some(entry.started_at)),
+                    what: format!(
+                        "{command} did not reach its {} stage: it failed before it; {} redoes it",
+                        stage.as_str(),
+                        stage.redone_by()
+                    ),
+                });
+            }
+            StageState::Pending => {
+                // The stage it reached: its first one still pending; the others follow it.
+                let first = stages.iter().find(|(_, e)| e.state == StageState::Pending && same_command(e, entry));
+                if first.map(|(s, _)| s) != Some(stage) {
+                    continue;
+                }
+                let later: Vec<&str> = stages
+                    .iter()
+                    .filter(|(s, e)| *s > stage && e.state == StageState::Pending && same_command(e, entry))
+                    .map(|(s, _)| s.as_str())
+                    .collect();
+                let later = if later.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", and did not reach its {} stage{}",
+                        later.join(", "),
+                        if later.len() > 1 { "s" } else { "" }
+                    )
+                };
+                match holder {
+                    Holder::Held(_) => {}
+                    Holder::Free => problems.push(RunProblem {
+                        kind: ProblemKind::Interrupted,
+                        at: Some(entry.started_at),
+                        what: format!(
+                            "{command} did not end: it stopped in its {} stage{later} (killed, out of memory, or its machine went down); {} redoes it",
+                            stage.as_str(),
+                            stage.redone_by()
+                        ),
+                    }),
+                    Holder::Unknown(why) => problems.push(RunProblem {
+                        kind: ProblemKind::Unknown,
+                        at: Some(entry.started_at),
+                        what: format!(
+                            "{command} has not ended its {} stage, and whether it still runs cannot be told: {why}",
+                            stage.as_str()
+                        ),
+                    }),
+                }
+            }
+            StageState::Done if *stage == Stage::Load => {
+                let Some(run) = entry.run_id.as_deref().filter(|r| !loaded.contains(r)) else { continue };
+                let at = entry.ended_at.or(Some(entry.started_at));
+                match publishing {
+                    // Committed, and published when the run in progress publishes.
+                    Holder::Held(_) => {}
+                    Holder::Free => problems.push(RunProblem {
+                        kind: ProblemKind::Failed,
+                        at,
+                        what: format!(
+                            "run {run} was loaded by {command} but never reached the readers' snapshot this page reads: the command ended before its publish (killed, or the publish failed); the next `creator-etl {}` publishes it",
+                            entry.command
+                        ),
+                    }),
+                    Holder::Unknown(why) => problems.push(RunProblem {
+                        kind: ProblemKind::Unknown,
+                        at,
+                        what: format!(
+                            "run {run} was loaded by {command} and has not reached the readers' snapshot yet, and whether that command still runs cannot be told: {why}"
+                        ),
+                    }),
+                }
+            }
+            StageState::Done => {}
+        }
+    }
+    problems
 }
 
 /// When a file was last written.
@@ -349,12 +415,13 @@ fn shorten(text: &str) -> String {
 
 /// The newest raw run of an output directory, when it is newer than the last load and did not
 /// finish its extract, or finished it and was not loaded.
-fn raw_run_not_loaded(out: &OutDir, loaded: &[data::Row], newer: impl Fn(DateTime<Utc>) -> bool) -> Option<FailedRun> {
+fn raw_run_not_loaded(out: &OutDir, loaded: &[data::Row], newer: impl Fn(DateTime<Utc>) -> bool) -> Option<RunProblem> {
     use crate::extract::runs;
     if let Some(id) = runs::unfinished_run(out) {
         let at = runs::read_spec(out, &id).ok().map(|s| s.created_at);
         if at.is_none_or(&newer) {
-            return Some(FailedRun {
+            return Some(RunProblem {
+                kind: ProblemKind::Failed,
                 at,
                 what: format!(
                     "run {id} did not finish its extract (it failed or was interrupted); the next run resumes it"
@@ -367,7 +434,8 @@ fn raw_run_not_loaded(out: &OutDir, loaded: &[data::Row], newer: impl Fn(DateTim
         return None;
     }
     let at = runs::read_spec(out, &id).ok().map(|s| s.created_at)?;
-    newer(at).then(|| FailedRun {
+    newer(at).then(|| RunProblem {
+        kind: ProblemKind::Failed,
         at: Some(at),
         what: format!("run {id} finished its extract but was not loaded (`creator-etl load` loads it)"),
     })
@@ -375,17 +443,18 @@ fn raw_run_not_loaded(out: &OutDir, loaded: &[data::Row], newer: impl Fn(DateTim
 
 /// An organization's fleet status file (`OUT/orgs/NAME/state/fleet-status.json`), when its last
 /// run after the last load did not complete.
-fn fleet_failure(org_out: &Path, newer: impl Fn(DateTime<Utc>) -> bool) -> Option<FailedRun> {
+fn fleet_failure(org_out: &Path, newer: impl Fn(DateTime<Utc>) -> bool) -> Option<RunProblem> {
     use crate::fleet::report::Outcome;
     let (status, problem) = crate::fleet::status::read_status(org_out);
     if let Some(problem) = problem {
-        // What the last run did is unknown: say so, as a failure, rather than guess.
+        // What the last run did is unknown: say so, rather than guess.
         tracing::warn!(%problem, "an organization's fleet status cannot be read");
         if status.last_outcome.is_none_or(|o| o != Outcome::Completed) {
             // When: the run it recorded, or else when the file was last written.
             let written = modified_at(&crate::fleet::status::status_path(org_out));
             let at = status.last_run_at.or(written);
-            return at.is_none_or(&newer).then(|| FailedRun {
+            return at.is_none_or(&newer).then(|| RunProblem {
+                kind: ProblemKind::Unknown,
                 at,
                 what: format!("how its last run ended is unknown, its fleet status cannot be read: {problem}"),
             });
@@ -397,7 +466,11 @@ fn fleet_failure(org_out: &Path, newer: impl Fn(DateTime<Utc>) -> bool) -> Optio
         return None;
     }
     let error = shorten(&status.last_error.unwrap_or_default());
-    Some(FailedRun {
+    Some(RunProblem {
+        kind: match outcome {
+            Outcome::Interrupted | Outcome::Incomplete => ProblemKind::Interrupted,
+            _ => ProblemKind::Failed,
+        },
         at,
         what: format!(
             "the fleet's last run of it ended {}{}",
@@ -475,29 +548,6 @@ fn remove_other_pages(dir: &Path, written: &[String]) {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_recorded_failure_is_cleared_only_by_a_command_that_redoes_its_stage() {
-        use super::*;
-        let dir = tempfile::tempdir().unwrap();
-        let out = OutDir::new(dir.path());
-        let all = |_: DateTime<Utc>| true;
-        let lake = Error::Load(crate::load::LoadError::Lake("cannot create the lake table directory".into()));
-        record_last_run(&out, Some(&lake));
-        assert!(last_run_failure(&out, all).unwrap().what.contains("cannot create the lake table directory"));
-        clear_last_run(&out, &[Stage::Sync]);
-        assert!(last_run_failure(&out, all).is_some(), "a load without the lake does not repair the lake");
-        clear_last_run(&out, &[Stage::Actions]);
-        assert!(last_run_failure(&out, all).is_some());
-        clear_last_run(&out, &[Stage::Sync, Stage::Lake]);
-        assert!(last_run_failure(&out, all).is_none(), "load --lake does");
-        record_last_run(&out, Some(&Error::Config(vec!["x".into()])));
-        clear_last_run(&out, &[Stage::Sync]);
-        assert!(last_run_failure(&out, all).is_none());
-        // A record that cannot be read is said, not taken for a success.
-        std::fs::write(last_run_path(&out), b"{\"finished_at\": ").unwrap();
-        assert!(last_run_failure(&out, all).unwrap().what.contains("ended is unknown"));
-    }
-
     #[test]
     fn page_files_are_names_and_never_leave_the_directory() {
         assert_eq!(super::page_file("acme-2_b"), "acme-2_b.html");

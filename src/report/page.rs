@@ -290,7 +290,7 @@ h1{font-size:22px;margin:8px 0 2px}h2{font-size:18px;margin:0 0 12px}h3{font-siz
 nav{margin:12px 0}nav a{margin-right:14px;color:#1d4ed8;text-decoration:none}
 .banner{padding:10px 14px;border-radius:6px;margin:8px 0;border:1px solid}
 .banner.fresh{background:#f0fdf4;border-color:#86efac}.banner.stale{background:#fffbeb;border-color:#fcd34d}
-.banner.failed{background:#fef2f2;border-color:#fca5a5}.banner.running{background:#eff6ff;border-color:#93c5fd}.banner.never-synced{background:#f1f5f9;border-color:#cbd5e1}
+.banner.failed{background:#fef2f2;border-color:#fca5a5}.banner.interrupted{background:#fff7ed;border-color:#fdba74}.banner.unknown{background:#faf5ff;border-color:#d8b4fe}.banner.running{background:#eff6ff;border-color:#93c5fd}.banner.never-synced{background:#f1f5f9;border-color:#cbd5e1}
 section{background:#fff;border:1px solid #e2e8f0;border-radius:8px;padding:16px 20px;margin:16px 0}
 .figures{display:flex;flex-wrap:wrap;gap:10px;margin-bottom:8px}
 .figure{border:1px solid #e2e8f0;border-radius:6px;padding:8px 12px;min-width:150px;flex:1 1 150px}
@@ -303,7 +303,7 @@ th,td{border-bottom:1px solid #e2e8f0;padding:4px 10px;text-align:right}th:first
 table.sortable th{cursor:pointer;user-select:none}table.sortable th[data-dir=asc]::after{content:' \\25B2'}
 table.sortable th[data-dir=desc]::after{content:' \\25BC'}
 .empty{color:#475569;font-style:italic}
-.state-running{color:#1d4ed8;font-weight:600}.state-failed{color:#b91c1c;font-weight:600}.state-stale{color:#b45309;font-weight:600}
+.state-running{color:#1d4ed8;font-weight:600}.state-failed{color:#b91c1c;font-weight:600}.state-interrupted{color:#c2410c;font-weight:600}.state-unknown{color:#7e22ce;font-weight:600}.state-stale{color:#b45309;font-weight:600}
 ";
 
 fn health(a: &Answers) -> Section {
@@ -892,15 +892,11 @@ pub fn overview(source: &str, generated_at: DateTime<Utc>, rows: &[OverviewRow])
     let worst = rows.iter().map(|r| r.health.state).min().unwrap_or(HealthState::Never);
     let _ = writeln!(
         html,
-        "<div class=\"banner {}\" data-health=\"{}\"><strong>{} organizations: {} failed, {} stale, {} never synced, {} running, {} fresh.</strong></div>",
+        "<div class=\"banner {}\" data-health=\"{}\"><strong>{} organizations: {}.</strong></div>",
         worst.css_class(),
         worst.as_str(),
         rows.len(),
-        count(HealthState::Failed),
-        count(HealthState::Stale),
-        count(HealthState::Never),
-        count(HealthState::Running),
-        count(HealthState::Fresh)
+        HealthState::ALL.iter().map(|st| format!("{} {}", count(*st), st.as_str())).collect::<Vec<_>>().join(", ")
     );
     html.push_str("<section id=\"organizations\" data-section=\"organizations\"><h2>Organizations</h2>\n");
     if rows.is_empty() {
@@ -1016,9 +1012,16 @@ mod tests {
     #[test]
     fn the_rows_that_need_attention_are_the_actions_failures() {
         use crate::action::Outcome;
-        for name in ["applied", "noop", "skipped_not_approved", "skipped_already_applied", "skipped_not_selected"]
-            .into_iter()
-            .chain(NEED_ATTENTION)
+        for name in [
+            "applied",
+            "noop",
+            "skipped_not_approved",
+            "skipped_already_applied",
+            "skipped_not_selected",
+            "skipped_duplicate",
+        ]
+        .into_iter()
+        .chain(NEED_ATTENTION)
         {
             let outcome: Outcome = serde_json::from_value(json!(name)).unwrap();
             assert_eq!(outcome.as_str(), name);
@@ -1115,7 +1118,7 @@ mod tests {
     #[test]
     fn an_organization_without_data_gets_sentences_and_no_chart() {
         let answers = Answers::default();
-        let health = Health::of(&answers, None, None, Utc::now(), std::time::Duration::from_secs(3600));
+        let health = Health::of(&answers, &[], None, Utc::now(), std::time::Duration::from_secs(3600));
         let built = org_page(&OrgPage {
             organization: Some("acme"),
             source: "the lake file:///x",

@@ -3,6 +3,7 @@
 //! load, the reviewed actions, the lake push, and the exit-code policy of a finished sync.
 
 mod restore;
+pub mod stages;
 
 use futures_util::future::BoxFuture;
 use serde::Serialize;
@@ -15,6 +16,7 @@ use crate::load::{LoadConfig, LoadReport};
 use crate::{exit, Error};
 
 pub use restore::{restore_from_lake, RestoreReport};
+pub use stages::{Stage, StageLog};
 
 /// What one organization's sync does, validated before anything is sent.
 #[derive(Clone, Debug)]
@@ -53,8 +55,10 @@ pub trait SharedWarehouse: Send + Sync {
     /// snapshot and the content cursor.
     fn previous(&self, config: ExtractConfig) -> BoxFuture<'_, Result<(ExtractConfig, Option<Snapshot>), Error>>;
     /// Loads the organization's extracted run (its landing, checked against `report`);
-    /// resolves when the batch it joined has committed.
-    fn load(&self, report: ExtractReport) -> BoxFuture<'_, Result<LoadReport, Error>>;
+    /// resolves when the batch it joined has committed, and with a lake, when the batch's lake
+    /// commit has landed. Marks the load done in `log` at the warehouse's commit, so that a
+    /// failure after it is the lake stage's.
+    fn load<'a>(&'a self, report: ExtractReport, log: &'a StageLog) -> BoxFuture<'a, Result<LoadReport, Error>>;
     /// Takes the actions' results of the organization's own warehouse (where its journal is).
     fn record_actions(&self) -> BoxFuture<'_, Result<(), Error>>;
     /// The organization's runs that the shared warehouse has loaded: what a restore from the
@@ -84,14 +88,30 @@ pub enum Sharing<'a> {
     Shared(&'a dyn SharedWarehouse),
 }
 
+impl SyncJob {
+    /// The stages this sync does, in order: what its [`StageLog`] marks pending before it starts.
+    pub fn stages(&self) -> Vec<Stage> {
+        let mut stages = vec![Stage::Extract, Stage::Load];
+        if self.load.lake.is_some() {
+            stages.push(Stage::Lake);
+        }
+        if self.actions.is_some() {
+            stages.push(Stage::Actions);
+        }
+        stages
+    }
+}
+
 /// One organization's sync: restore from the lake if `--out` lacks the organization's state, the
 /// preflight, extract, transform and load, the reviewed actions if given, and the lake push. The
-/// caller validated everything and holds the `--out` lock.
+/// caller validated everything and holds the `--out` lock. `log` learns the stage the sync is in
+/// as it goes, and each stage it completes (the caller marks a failure with [`StageLog::fail`]).
 pub async fn run(
     job: SyncJob,
     client: &Client,
     stop: CancellationToken,
     sharing: Sharing<'_>,
+    log: &StageLog,
 ) -> Result<SyncReport, Error> {
     let SyncJob { extract: config, load: load_config, actions } = job;
     let config = &config;
@@ -109,6 +129,9 @@ pub async fn run(
     // An `--out` without the organization's state (a fresh volume, another shard, or one the
     // lake has moved past) first takes it from the lake: its journal decides what the actions
     // send, its `applications` and `runs` what the quick sync compares with.
+    if load_config.lake.is_some() {
+        log.enter(Stage::Lake);
+    }
     let restored = match (&load_config.lake, shared) {
         (Some(lake), None) => {
             let _held = permit().await;
@@ -133,6 +156,9 @@ pub async fn run(
     // file must pass its guards.
     let writable = load_config.out.clone();
     let checked_actions = actions.clone();
+    // The actions' checks open the journal in the writer's warehouse, and so check the load's
+    // too: a failure there is the actions stage's.
+    log.enter(if actions.is_some() { Stage::Actions } else { Stage::Load });
     let held = permit().await;
     let extract_config = config.clone();
     let snapshot = match shared {
@@ -160,6 +186,7 @@ pub async fn run(
     };
     drop(held);
     let (config, snapshot) = snapshot;
+    log.enter(Stage::Extract);
     let begun = crate::extract::begin(&config, client, stop.clone(), snapshot.as_ref()).await?;
     // A fleet's organizations plan at once, so there the plan is only logged (the extract's
     // `plan` line), never printed interleaved.
@@ -167,6 +194,8 @@ pub async fn run(
         eprintln!("{}", begun.plan());
     }
     let extracted = begun.finish().await?;
+    log.done(Stage::Extract, Some(&extracted.run_id));
+    log.enter(Stage::Load);
     let lake = load_config.lake.clone();
     let out = load_config.out.clone();
     let mut loaded = match shared {
@@ -174,10 +203,16 @@ pub async fn run(
             let _held = permit().await;
             load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone())).await?
         }
-        Some(w) => w.load(extracted.clone()).await?,
+        Some(w) => w.load(extracted.clone(), log).await?,
     };
+    log.done(Stage::Load, Some(&extracted.run_id));
+    if shared.is_some() && lake.is_some() {
+        // A fleet warehouse commits its batch to the lake before the load resolves.
+        log.done(Stage::Lake, Some(&extracted.run_id));
+    }
     let actions = match actions {
         Some((action_config, reviewed)) => {
+            log.enter(Stage::Actions);
             let begun = crate::action::begin(&action_config, &reviewed)?;
             if let Some(lake) = lake.as_ref().filter(|_| begun.to_send() > 0) {
                 // The intents reach the lake before the first row is sent: a run on another
@@ -202,6 +237,7 @@ pub async fn run(
             if let Some(w) = shared {
                 w.record_actions().await?;
             }
+            log.actions_ended(&report);
             Some(report)
         }
         None => None,
@@ -210,6 +246,9 @@ pub async fn run(
     // complete. In a fleet warehouse, the organization's batch committed its data and `runs` row
     // with the load; what the actions added (the journal, in its own warehouse, and their
     // results) follows.
+    if lake.is_some() {
+        log.enter(Stage::Lake);
+    }
     match (&lake, shared) {
         (Some(lake), None) => {
             let _held = permit().await;
@@ -226,6 +265,9 @@ pub async fn run(
             }
         }
         _ => {}
+    }
+    if lake.is_some() {
+        log.done(Stage::Lake, Some(&extracted.run_id));
     }
     Ok(SyncReport { extract: extracted, load: loaded, actions, restored })
 }

@@ -237,7 +237,7 @@ fn notebooks_run_top_to_bottom_against_a_fleet_warehouse() {
     // (the fleet's status files hold this run's failure), over the data their warehouses held.
     let args = ["report", "--out", out.to_str().unwrap()];
     let o = run_bin(dir.path(), &args, &[]);
-    assert_exit(&args, &o, 0);
+    assert_exit(&args, &o, 7);
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let pages = summary["pages"].as_array().unwrap();
     assert_eq!(pages.len(), 3, "zeta has no rows, but a status file: it is listed");

@@ -8,6 +8,7 @@ mod demo;
 mod emulator_http;
 mod extract;
 mod fleet;
+mod health;
 mod lake;
 mod load;
 mod moto;

@@ -332,19 +332,21 @@ fn empty_and_thin_organizations_get_sentences_not_broken_charts() {
     assert_ne!(o.status.code(), Some(0), "{}", show(&args, &o));
     let html = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
     assert!(html.contains("data-health=\"failed\""), "the failure shows at the top");
-    assert!(html.contains("Failed: `creator-etl run` failed"), "and says what failed");
+    assert!(html.contains("Failed: `creator-etl run` (started"), "and says what failed");
+    assert!(html.contains("failed in its extract stage"), "and where");
     assert!(html.contains("The data below is from the sync that finished"));
     assert!(!html.contains(FULL_KEY), "never the key");
-    // `report` on its own later reads the run's record (`state/last-run.json`): still failed.
-    let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(0);
+    // `report` on its own later reads the run's stage ledger (`state/stages.json`): still failed,
+    // and a monitor's exit code says so.
+    let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(7);
     let summary: Value = report(&o);
     assert_eq!(summary["pages"][0]["health"], "failed");
     let html = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
-    assert!(html.contains("Failed: the last `creator-etl run` failed: "), "the record shows");
+    assert!(html.contains("Failed: `creator-etl run` (started"), "the record shows");
     assert!(html.contains("127.0.0.1:9"), "with its message");
     // Without the record, the unfinished raw run it left tells as much.
-    std::fs::remove_file(thin.join("state/last-run.json")).unwrap();
-    let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(0);
+    std::fs::remove_file(thin.join("state/stages.json")).unwrap();
+    let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(7);
     assert_eq!(report::<Value>(&o)["pages"][0]["health"], "failed");
     let html = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
     assert!(html.contains("did not finish its extract"), "the unfinished run shows");
@@ -376,14 +378,14 @@ fn empty_and_thin_organizations_get_sentences_not_broken_charts() {
         "the terminal names the holder in full: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let record = std::fs::read_to_string(thin.join("state/last-run.json")).unwrap();
+    let record = std::fs::read_to_string(thin.join("state/stages.json")).unwrap();
     assert!(record.contains("held by another process (pid "), "{record}");
     let page = std::fs::read_to_string(thin.join("report/index.html")).unwrap();
     assert!(page.contains("held by another process (pid "), "the page shows the refusal");
     for text in [&record, &page] {
         assert!(!text.contains("TOPSECRET123"), "never the holder's command line");
     }
-    std::fs::remove_file(thin.join("state/last-run.json")).unwrap();
+    std::fs::remove_file(thin.join("state/stages.json")).unwrap();
     // While a run holds the output directory, the page says so rather than failed.
     let lock = creator_etl::out::OutDir::new(&thin).lock("20261125T000000Z-test").unwrap();
     let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(0);
@@ -396,7 +398,7 @@ fn empty_and_thin_organizations_get_sentences_not_broken_charts() {
     let o = Bin::new(dir.path()).args(["report"]).out(&thin).expect(0);
     assert_eq!(report::<Value>(&o)["pages"][0]["health"], "fresh");
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    let o = Bin::new(dir.path()).args(["report", "--stale-after", "1s"]).out(&thin).expect(0);
+    let o = Bin::new(dir.path()).args(["report", "--stale-after", "1s"]).out(&thin).expect(7);
     assert_eq!(report::<Value>(&o)["pages"][0]["health"], "stale", "older than --stale-after");
     // Two weeks of content: the full week's change on a partly loaded week before is not shown.
     let two = dir.path().join("two-weeks");
@@ -447,7 +449,7 @@ fn a_fleet_whose_first_syncs_failed_gets_an_overview_of_its_failures() {
     assert_ne!(o.status.code(), Some(0), "{}", show(&args, &o));
     assert!(!out.join("warehouse.duckdb").exists(), "nothing published");
     std::fs::write(out.join("orgs/beta/state/fleet-status.json"), "{\"last_outcome\": ").unwrap();
-    let o = Bin::new(dir.path()).args(["report"]).out(&out).expect(0);
+    let o = Bin::new(dir.path()).args(["report"]).out(&out).expect(7);
     let summary: Value = report(&o);
     let pages = summary["pages"].as_array().unwrap();
     assert_eq!(pages.len(), 2);
