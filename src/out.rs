@@ -187,6 +187,12 @@ pub fn holder_pid(holder: &str) -> Option<u32> {
 
 /// Writes a file atomically: a temporary sibling, fsync, then rename over the target.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutError> {
+    write_atomic_with(path, bytes, true)
+}
+
+/// [`write_atomic`], with the fsync only when `sync`: without it, a killed process leaves the old
+/// file or the new one whole, and only a power loss can lose the new one.
+pub fn write_atomic_with(path: &Path, bytes: &[u8], sync: bool) -> Result<(), OutError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io_err("create", dir))?;
     let tmp = dir.join(format!(
@@ -197,7 +203,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutError> {
     {
         let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
         f.write_all(bytes).map_err(io_err("write", &tmp))?;
-        f.sync_all().map_err(io_err("sync", &tmp))?;
+        if sync {
+            f.sync_all().map_err(io_err("sync", &tmp))?;
+        }
     }
     fs::rename(&tmp, path).map_err(io_err("rename into place", path))
 }
@@ -222,9 +230,14 @@ pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T
 
 /// Writes a value as pretty JSON, atomically.
 pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), OutError> {
+    write_json_atomic_with(path, value, true)
+}
+
+/// [`write_json_atomic`], with the fsync only when `sync` ([`write_atomic_with`]).
+pub fn write_json_atomic_with<T: serde::Serialize>(path: &Path, value: &T, sync: bool) -> Result<(), OutError> {
     let mut bytes = serde_json::to_vec_pretty(value).expect("reports serialise");
     bytes.push(b'\n');
-    write_atomic(path, &bytes)
+    write_atomic_with(path, &bytes, sync)
 }
 
 /// Aborts the process at a named point when `CREATOR_ETL_CRASH_AT` names it: how the

@@ -82,7 +82,7 @@ pub async fn apply(args: &ActionsArgs, global: &GlobalArgs) -> Result<u8, Error>
         .await
         .map_err(Error::from)
         .inspect_err(|e| log.fail(e))?;
-    log.actions_ended(&report);
+    log.actions_ended(&report, config.only.is_some());
     print_json(&report)?;
     Ok(actions_exit_code(&report))
 }

@@ -41,8 +41,8 @@ use crate::api::RetryPolicy;
 use crate::out::{io_err, OutDir};
 
 /// How a table's commit that conflicts with another writer's is retried, on a fresh snapshot:
-/// the client's retry policy ([`RetryPolicy`]: exponential backoff with equal jitter), 10
-/// attempts in all, the first backoff 100 ms, the longest 3.2 s.
+/// the client's retry policy ([`RetryPolicy`]: exponential backoff with equal jitter), at most 10
+/// attempts in all and no new one after 60 s, the first backoff 100 ms, the longest 3.2 s.
 pub const CONFLICTS: RetryPolicy = RetryPolicy {
     max_attempts: 10,
     deadline: Duration::from_secs(60),
@@ -384,6 +384,7 @@ async fn commit_table(
     // The organization's files that the last failed attempt would have removed.
     let mut lost_with: Option<BTreeMap<String, Action>> = None;
     let (mut conflicts, mut rebases) = (0u32, 0u32);
+    let started = std::time::Instant::now();
     loop {
         // The outer error is delta-rs's (a conflict is retried); the inner one is final.
         let result: Result<Result<u64, LoadError>, DeltaTableError> = async {
@@ -416,7 +417,9 @@ async fn commit_table(
                     written.iter().filter_map(|a| if let Action::Add(a) = a { Some(a.path.as_str()) } else { None }).collect();
                 if !landed.is_empty() && removes.keys().any(|p| landed.contains(p.as_str())) {
                     if removes.keys().all(|p| landed.contains(p.as_str())) {
-                        // The snapshot that holds them is the commit's version or a later one.
+                        // The commit landed, its answer lost: this snapshot, the newest, holds
+                        // exactly this load's files of the organizations (its own version or a
+                        // later one, of other organizations' commits).
                         return Ok(version_of(state.version()));
                     }
                     return Ok(Err(LoadError::Lake(format!(
@@ -463,7 +466,11 @@ async fn commit_table(
             // Lost the race to another organization's commit: retry at once on the new snapshot
             // (each round lands one writer, so this ends).
             Err(e) if is_conflict(&e) && lost_with.is_some() && rebases < REBASES => rebases += 1,
-            Err(e) if is_conflict(&e) && conflicts + 1 < CONFLICTS.max_attempts => {
+            Err(e)
+                if is_conflict(&e)
+                    && conflicts + 1 < CONFLICTS.max_attempts
+                    && started.elapsed() < CONFLICTS.deadline =>
+            {
                 conflicts += 1;
                 lost_with = None;
                 report.conflicts_retried += 1;
@@ -506,6 +513,9 @@ pub async fn commit_organizations(
     deltalake::aws::register_handlers(None);
     let mut report = LakeReport { url: lake.url.clone(), organization: orgs.join(","), ..Default::default() };
     for &table in tables {
+        if table == "runs" {
+            crate::out::crash_point("lake-before-runs");
+        }
         let batches = read_batches(&staged.join(format!("{table}.parquet")))?;
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         let version = commit_table(lake, orgs, table, batches, &mut report).await?;

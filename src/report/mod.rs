@@ -14,6 +14,7 @@
 mod charts;
 mod data;
 mod page;
+mod runs;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,7 +26,7 @@ use serde::Serialize;
 pub use data::{Health, HealthState, ProblemKind, RunProblem, ASKED};
 pub use page::SECTIONS;
 
-use crate::out::{Holder, OutDir};
+use crate::out::OutDir;
 use crate::query::{QueryError, Reader, Source, Switchable};
 use crate::Error;
 
@@ -202,8 +203,10 @@ fn org_page(
     now: DateTime<Utc>,
     overview: Option<&str>,
 ) -> Result<(Health, page::Built), Error> {
+    // What the output directory says is read around the data (see [`runs::look`]).
+    let look = runs::look(&config.state, org);
     let answers = data::Answers::ask(conn.select(org)?, &config.source)?;
-    let found = run_findings(&config.state, org, &answers);
+    let found = runs::findings(look, &answers);
     let health = Health::of(&answers, &found.problems, found.running.as_deref(), now, config.stale_after);
     let built = page::org_page(&page::OrgPage {
         organization: org,
@@ -216,194 +219,6 @@ fn org_page(
     Ok((health, built))
 }
 
-/// What the output directory knows that the data does not.
-#[derive(Default)]
-struct Findings {
-    /// Runs that did not bring the data up to date.
-    problems: Vec<RunProblem>,
-    /// Who holds the directory now (a run in progress), when another process does.
-    running: Option<String>,
-}
-
-/// What the output directory knows that the data does not: its stage ledger's failed, killed or
-/// unpublished stages, the fleet's status file, a raw run that did not reach the data (newer
-/// than the last loaded one), and who holds the directory now (a run in progress).
-fn run_findings(state: &RunState, org: Option<&str>, answers: &data::Answers) -> Findings {
-    let runs = answers.rows("run_health");
-    let loaded_at = runs.first().and_then(|r| data::time(r, "finished_at"));
-    let newer = |at: DateTime<Utc>| loaded_at.is_none_or(|l| at > l);
-    // The organization's directory, and the one whose lock a publish of its loads waits for: a
-    // fleet warehouse's loads reach readers when the fleet run publishes.
-    let (out, locked_here, publisher) = match (state, org) {
-        (RunState::Own { out, locked_here }, _) => (out.clone(), *locked_here, None),
-        (RunState::Fleet(dir), Some(org)) => {
-            (OutDir::new(crate::fleet::status::org_dir(dir, org)), false, Some(OutDir::new(dir)))
-        }
-        _ => return Findings::default(),
-    };
-    // The command writing this page holds the lock itself, and recorded how it ended first.
-    let holder = if locked_here { Holder::Free } else { out.lock_holder() };
-    let publishing = match &publisher {
-        Some(fleet) => fleet.lock_holder(),
-        None => holder.clone(),
-    };
-    let loaded: Vec<&str> = runs.iter().filter_map(|r| data::text(r, "run_id")).collect();
-    let mut found = Findings::default();
-    found.problems.extend(fleet_failure(out.root(), newer));
-    found.problems.extend(ledger_problems(&out, &holder, &publishing, &loaded));
-    // While a run is in progress, an unfinished raw run is most likely its own: not a failure.
-    // A fleet's organization's raw runs go into the fleet warehouse in batches: its ledger
-    // tells whether they were loaded and published.
-    if holder == Holder::Free && publisher.is_none() {
-        found.problems.extend(raw_run_not_loaded(&out, runs, newer));
-    }
-    found.running = match (holder, publishing) {
-        (Holder::Held(h), _) => Some(h),
-        (_, Holder::Held(h)) if publisher.is_some() => Some(h),
-        _ => None,
-    };
-    found
-}
-
-/// What an organization's stage ledger ([`crate::sync::stages`]) says is not done: a stage that
-/// failed; one a command started and did not end (killed: nobody holds the lock); one whose
-/// command may still run (the lock cannot be probed); a load whose run never reached the data
-/// read (`loaded`: the data's runs), once its publisher no longer holds the lock. The stages of
-/// a failed command after its failure were not reached: said with its failure.
-fn ledger_problems(out: &OutDir, holder: &Holder, publishing: &Holder, loaded: &[&str]) -> Vec<RunProblem> {
-    use crate::sync::stages::{self, Stage, StageState};
-    let stages = match stages::read(out) {
-        Ok(stages) => stages,
-        Err(e) => {
-            return vec![RunProblem {
-                kind: ProblemKind::Unknown,
-                at: e.written,
-                what: format!("how the last command ended is unknown: `{}` {}", e.path.display(), e.why),
-            }]
-        }
-    };
-    let same_command =
-        |a: &stages::StageEntry, b: &stages::StageEntry| a.command == b.command && a.started_at == b.started_at;
-    let not_reached = |failed: &stages::StageEntry| -> String {
-        let later: Vec<&str> = stages
-            .iter()
-            .filter(|(_, e)| e.state == StageState::NotReached && same_command(e, failed))
-            .map(|(s, _)| s.as_str())
-            .collect();
-        match later.as_slice() {
-            [] => String::new(),
-            [one] => format!("; it did not reach its {one} stage"),
-            many => format!("; it did not reach its {} stages", many.join(", ")),
-        }
-    };
-    let mut problems = vec![];
-    for (stage, entry) in &stages {
-        let command = format!("`creator-etl {}` (started {})", entry.command, data::stamp(entry.started_at));
-        match entry.state {
-            StageState::Failed => {
-                let how = if entry.interrupted { "was stopped" } else { "failed" };
-                problems.push(RunProblem {
-                    kind: if entry.interrupted { ProblemKind::Interrupted } else { ProblemKind::Failed },
-                    at: entry.ended_at.or(Some(entry.started_at)),
-                    what: format!(
-                        "{command} {how} in its {} stage: {}{}; {} redoes it",
-                        stage.as_str(),
-                        shorten(entry.error.as_deref().unwrap_or("no message was recorded")),
-                        not_reached(entry),
-                        stage.redone_by()
-                    ),
-                });
-            }
-            StageState::NotReached => {
-                // Said with its command's failure, while that stands.
-                if stages.values().any(|e| e.state == StageState::Failed && same_command(e, entry)) {
-                    continue;
-                }
-                problems.push(RunProblem {
-                    kind: ProblemKind::Failed,
-                    at: entry.ended_at.or(Some(entry.started_at)),
-                    what: format!(
-                        "{command} did not reach its {} stage: it failed before it; {} redoes it",
-                        stage.as_str(),
-                        stage.redone_by()
-                    ),
-                });
-            }
-            StageState::Pending => {
-                // The stage it reached: its first one still pending; the others follow it.
-                let first = stages.iter().find(|(_, e)| e.state == StageState::Pending && same_command(e, entry));
-                if first.map(|(s, _)| s) != Some(stage) {
-                    continue;
-                }
-                let later: Vec<&str> = stages
-                    .iter()
-                    .filter(|(s, e)| *s > stage && e.state == StageState::Pending && same_command(e, entry))
-                    .map(|(s, _)| s.as_str())
-                    .collect();
-                let later = if later.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        ", and did not reach its {} stage{}",
-                        later.join(", "),
-                        if later.len() > 1 { "s" } else { "" }
-                    )
-                };
-                match holder {
-                    Holder::Held(_) => {}
-                    Holder::Free => problems.push(RunProblem {
-                        kind: ProblemKind::Interrupted,
-                        at: Some(entry.started_at),
-                        what: format!(
-                            "{command} did not end: it stopped in its {} stage{later} (killed, out of memory, or its machine went down); {} redoes it",
-                            stage.as_str(),
-                            stage.redone_by()
-                        ),
-                    }),
-                    Holder::Unknown(why) => problems.push(RunProblem {
-                        kind: ProblemKind::Unknown,
-                        at: Some(entry.started_at),
-                        what: format!(
-                            "{command} has not ended its {} stage, and whether it still runs cannot be told: {why}",
-                            stage.as_str()
-                        ),
-                    }),
-                }
-            }
-            StageState::Done if *stage == Stage::Load => {
-                let Some(run) = entry.run_id.as_deref().filter(|r| !loaded.contains(r)) else { continue };
-                let at = entry.ended_at.or(Some(entry.started_at));
-                match publishing {
-                    // Committed, and published when the run in progress publishes.
-                    Holder::Held(_) => {}
-                    Holder::Free => problems.push(RunProblem {
-                        kind: ProblemKind::Failed,
-                        at,
-                        what: format!(
-                            "run {run} was loaded by {command} but never reached the readers' snapshot this page reads: the command ended before its publish (killed, or the publish failed); the next `creator-etl {}` publishes it",
-                            entry.command
-                        ),
-                    }),
-                    Holder::Unknown(why) => problems.push(RunProblem {
-                        kind: ProblemKind::Unknown,
-                        at,
-                        what: format!(
-                            "run {run} was loaded by {command} and has not reached the readers' snapshot yet, and whether that command still runs cannot be told: {why}"
-                        ),
-                    }),
-                }
-            }
-            StageState::Done => {}
-        }
-    }
-    problems
-}
-
-/// When a file was last written.
-fn modified_at(path: &Path) -> Option<DateTime<Utc>> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok().map(DateTime::<Utc>::from)
-}
-
 /// A message cut to 300 characters.
 fn shorten(text: &str) -> String {
     if text.chars().count() > 300 {
@@ -411,73 +226,6 @@ fn shorten(text: &str) -> String {
     } else {
         text.to_owned()
     }
-}
-
-/// The newest raw run of an output directory, when it is newer than the last load and did not
-/// finish its extract, or finished it and was not loaded.
-fn raw_run_not_loaded(out: &OutDir, loaded: &[data::Row], newer: impl Fn(DateTime<Utc>) -> bool) -> Option<RunProblem> {
-    use crate::extract::runs;
-    if let Some(id) = runs::unfinished_run(out) {
-        let at = runs::read_spec(out, &id).ok().map(|s| s.created_at);
-        if at.is_none_or(&newer) {
-            return Some(RunProblem {
-                kind: ProblemKind::Failed,
-                at,
-                what: format!(
-                    "run {id} did not finish its extract (it failed or was interrupted); the next run resumes it"
-                ),
-            });
-        }
-    }
-    let id = runs::latest_complete_run(out)?;
-    if loaded.iter().any(|r| data::text(r, "run_id") == Some(id.as_str())) {
-        return None;
-    }
-    let at = runs::read_spec(out, &id).ok().map(|s| s.created_at)?;
-    newer(at).then(|| RunProblem {
-        kind: ProblemKind::Failed,
-        at: Some(at),
-        what: format!("run {id} finished its extract but was not loaded (`creator-etl load` loads it)"),
-    })
-}
-
-/// An organization's fleet status file (`OUT/orgs/NAME/state/fleet-status.json`), when its last
-/// run after the last load did not complete.
-fn fleet_failure(org_out: &Path, newer: impl Fn(DateTime<Utc>) -> bool) -> Option<RunProblem> {
-    use crate::fleet::report::Outcome;
-    let (status, problem) = crate::fleet::status::read_status(org_out);
-    if let Some(problem) = problem {
-        // What the last run did is unknown: say so, rather than guess.
-        tracing::warn!(%problem, "an organization's fleet status cannot be read");
-        if status.last_outcome.is_none_or(|o| o != Outcome::Completed) {
-            // When: the run it recorded, or else when the file was last written.
-            let written = modified_at(&crate::fleet::status::status_path(org_out));
-            let at = status.last_run_at.or(written);
-            return at.is_none_or(&newer).then(|| RunProblem {
-                kind: ProblemKind::Unknown,
-                at,
-                what: format!("how its last run ended is unknown, its fleet status cannot be read: {problem}"),
-            });
-        }
-    }
-    let outcome = status.last_outcome.filter(|o| *o != Outcome::Completed)?;
-    let at = status.last_error_at.or(status.last_run_at);
-    if !at.is_none_or(newer) {
-        return None;
-    }
-    let error = shorten(&status.last_error.unwrap_or_default());
-    Some(RunProblem {
-        kind: match outcome {
-            Outcome::Interrupted | Outcome::Incomplete => ProblemKind::Interrupted,
-            _ => ProblemKind::Failed,
-        },
-        at,
-        what: format!(
-            "the fleet's last run of it ended {}{}",
-            outcome.as_str(),
-            if error.is_empty() { String::new() } else { format!(": {error}") }
-        ),
-    })
 }
 
 fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummary, Error> {

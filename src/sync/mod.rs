@@ -206,8 +206,9 @@ pub async fn run(
         Some(w) => w.load(extracted.clone(), log).await?,
     };
     log.done(Stage::Load, Some(&extracted.run_id));
-    if shared.is_some() && lake.is_some() {
-        // A fleet warehouse commits its batch to the lake before the load resolves.
+    if shared.is_some() && lake.is_some() && actions.is_none() {
+        // A fleet warehouse commits its batch to the lake before the load resolves; an
+        // organization with actions gets its `runs` row there after them, below.
         log.done(Stage::Lake, Some(&extracted.run_id));
     }
     let actions = match actions {
@@ -237,7 +238,7 @@ pub async fn run(
             if let Some(w) = shared {
                 w.record_actions().await?;
             }
-            log.actions_ended(&report);
+            log.actions_ended(&report, action_config.only.is_some());
             Some(report)
         }
         None => None,

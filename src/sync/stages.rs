@@ -4,20 +4,24 @@
 //!
 //! A command that does stages (`run`, `extract`, `load`, `actions apply`, and `fleet run` for each
 //! organization, in the organization's directory) marks every stage it is about to do *pending*
-//! before its first step, then each one *done* as it completes it, or *failed* with the error
-//! where it failed: the stage the command was in ([`StageLog::enter`]), never a guess from the
-//! error's type. A stage's entry is replaced only by a command that does that stage again, so a
-//! failure, or a run killed in the middle, stays on the record until a later command redoes that
-//! stage; a command that does other stages cannot clear it (a `load` without `--lake` leaves a
-//! failed lake push failed).
+//! before its first step, records each stage as it *enters* it, then marks it *done* as it
+//! completes it, or *failed* with the error where it failed: the stage the command was in
+//! ([`StageLog::enter`]), never a guess from the error's type. A stage's entry is replaced only by
+//! a command that does that stage again, so a failure, or a run killed in the middle, stays on the
+//! record until a later command redoes that stage; a command that does other stages cannot clear
+//! it (a `load` without `--lake` leaves a failed lake push failed).
 //!
 //! Read back ([`read`]), an entry says one of: done (with the raw run it extracted or loaded);
-//! failed (with the error); not reached (its command failed in an earlier stage); or pending: a
-//! command in progress if it still holds the directory's lock, else one that did not end
-//! (killed, out of memory, the machine lost).
+//! failed (with the error); not reached (its command failed in an earlier stage); unknown (the
+//! ledger could not be read, and the stage was on it); or pending: a command in progress if its
+//! process (the entry's pid) still holds the directory's lock, else one that did not end (killed,
+//! out of memory, the machine lost), in the stage it entered last.
 //!
-//! Writes are atomic (a temporary file renamed into place). A ledger that cannot be written is a
-//! warning: the command's own outcome stands.
+//! Writes are atomic (a temporary file renamed into place). The marks a command makes before its
+//! first step and when it ends are synced to disk; those in between are not (a power loss can
+//! only make a finished stage read as interrupted, never the other way round). A ledger that
+//! cannot be written is a warning: the command's own outcome stands. One that cannot be read is
+//! kept aside, and the stages it held read as unknown until redone.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,6 +49,8 @@ pub enum Stage {
 }
 
 impl Stage {
+    pub const ALL: [Stage; 4] = [Stage::Extract, Stage::Load, Stage::Lake, Stage::Actions];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Stage::Extract => "extract",
@@ -54,20 +60,20 @@ impl Stage {
         }
     }
 
-    /// The commands that redo the stage, for the page's hint.
+    /// The commands that redo the stage in one organization's directory, for the page's hint.
     pub fn redone_by(self) -> &'static str {
         match self {
             Stage::Extract => "`creator-etl run` or `extract`",
             Stage::Load => "`creator-etl run` or `load`",
             Stage::Lake => "`creator-etl run --lake` or `load --lake`",
-            Stage::Actions => "`creator-etl run --actions` or `actions apply`",
+            Stage::Actions => "`creator-etl run --actions` or a complete `actions apply`",
         }
     }
 }
 
 /// Where a stage's entry stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum StageState {
     /// Marked by a command before its first step; replaced when the command completes or fails
     /// the stage.
@@ -75,8 +81,9 @@ pub enum StageState {
     Done,
     Failed,
     /// The command failed in an earlier stage and never started this one.
-    #[serde(rename = "not_reached")]
     NotReached,
+    /// The ledger could not be read, and held this stage: how it last ended is unknown.
+    Unknown,
 }
 
 /// One stage's entry: what the last command that did the stage made of it.
@@ -87,6 +94,14 @@ pub struct StageEntry {
     pub command: String,
     /// When that command started: with `command`, which entries one command wrote.
     pub started_at: DateTime<Utc>,
+    /// The process that ran the command: while a pending entry's process holds the directory's
+    /// lock, the command is in progress; once another does (or none), it did not end.
+    #[serde(default)]
+    pub pid: Option<u32>,
+    /// When the command entered the stage: of a command that did not end, the pending stage it
+    /// entered last is the one it reached.
+    #[serde(default)]
+    pub entered_at: Option<DateTime<Utc>>,
     /// When the stage was done or failed.
     #[serde(default)]
     pub ended_at: Option<DateTime<Utc>>,
@@ -99,6 +114,13 @@ pub struct StageEntry {
     /// The failure was a stop (Ctrl-C, SIGTERM, a budget: exit 130); a rerun resumes.
     #[serde(default)]
     pub interrupted: bool,
+}
+
+impl StageEntry {
+    /// Whether `other` was written by the same command (the same invocation).
+    pub fn same_command(&self, other: &StageEntry) -> bool {
+        self.command == other.command && self.started_at == other.started_at
+    }
 }
 
 /// The ledger's file: an entry per stage that some command did.
@@ -122,26 +144,34 @@ pub struct Unreadable {
     pub why: String,
     /// When the file was last written.
     pub written: Option<DateTime<Utc>>,
+    /// The stages its text names: what it may have held.
+    pub stages: Vec<Stage>,
 }
 
 /// Reads an output directory's ledger: empty when no command recorded stages there yet.
 pub fn read(out: &OutDir) -> Result<Stages, Unreadable> {
     let path = ledger_path(out);
-    let unreadable = |why: String| Unreadable {
-        written: std::fs::metadata(&path).and_then(|m| m.modified()).ok().map(DateTime::<Utc>::from),
-        path: path.clone(),
-        why,
-    };
     match crate::out::read_json::<Stages>(&path) {
         Ok(Some(stages)) => Ok(stages),
-        Ok(None) => Ok(read_legacy(&legacy_path(out))),
-        Err(e) => Err(unreadable(e.to_string())),
+        Ok(None) => read_legacy(&legacy_path(out)),
+        Err(e) => Err(unreadable(&path, e.to_string())),
+    }
+}
+
+/// A file that cannot be read: why, when it was written, and the stages its text names.
+fn unreadable(path: &Path, why: String) -> Unreadable {
+    let text = std::fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    Unreadable {
+        written: std::fs::metadata(path).and_then(|m| m.modified()).ok().map(DateTime::<Utc>::from),
+        path: path.to_owned(),
+        why,
+        stages: Stage::ALL.into_iter().filter(|s| text.contains(&format!("\"{}\"", s.as_str()))).collect(),
     }
 }
 
 /// An earlier release's record of the last `run`, as ledger entries: its failure, at the stage
 /// it named (`sync`: the preflight, extract or load, which `load` redid).
-fn read_legacy(path: &Path) -> Stages {
+fn read_legacy(path: &Path) -> Result<Stages, Unreadable> {
     #[derive(Deserialize)]
     struct LastRun {
         finished_at: DateTime<Utc>,
@@ -149,7 +179,13 @@ fn read_legacy(path: &Path) -> Stages {
         stage: Option<String>,
     }
     let mut stages = Stages::new();
-    let Ok(Some(last)) = crate::out::read_json::<LastRun>(path) else { return stages };
+    let last = match crate::out::read_json::<LastRun>(path) {
+        Ok(Some(last)) => last,
+        Ok(None) => return Ok(stages),
+        // It recorded a failure of a stage whose name cannot be read: the load's, as the
+        // earlier release took it by default.
+        Err(e) => return Err(Unreadable { stages: vec![Stage::Load], ..unreadable(path, e.to_string()) }),
+    };
     if let Some(error) = last.error {
         let stage = match last.stage.as_deref() {
             Some("lake") => Stage::Lake,
@@ -162,6 +198,8 @@ fn read_legacy(path: &Path) -> Stages {
                 state: StageState::Failed,
                 command: "run".into(),
                 started_at: last.finished_at,
+                pid: None,
+                entered_at: None,
                 ended_at: Some(last.finished_at),
                 run_id: None,
                 error: Some(error),
@@ -169,7 +207,7 @@ fn read_legacy(path: &Path) -> Stages {
             },
         );
     }
-    stages
+    Ok(stages)
 }
 
 /// A command's stages as it goes: marks them in the ledger of its output directory. The command
@@ -186,40 +224,84 @@ pub struct StageLog {
 #[derive(Debug)]
 struct Progress {
     stages: Stages,
+    /// The entries this command replaced when it began.
+    before: Stages,
     /// The stage the command is in: where a failure happened.
     current: Option<Stage>,
 }
 
+/// Whether a write of the ledger is synced to disk.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sync {
+    /// The marks before the first step and at the end.
+    Synced,
+    /// The marks in between.
+    Unsynced,
+}
+
 impl StageLog {
-    /// Marks `stages` pending for `command`, starting now, and writes the ledger.
+    /// Marks `stages` pending for `command`, starting now, and writes the ledger. A ledger that
+    /// cannot be read is kept aside (`stages.json.unreadable-<time>`), and the other stages its
+    /// text names read as unknown until redone.
     pub fn begin(out: &OutDir, command: &str, stages: &[Stage]) -> StageLog {
-        let mut existing = read(out).unwrap_or_else(|e| {
-            tracing::warn!(path = %e.path.display(), why = %e.why, "the stage ledger cannot be read; this command starts a new one");
-            Stages::new()
-        });
         let started_at = Utc::now();
-        for &stage in stages {
-            existing.insert(
-                stage,
-                StageEntry {
-                    state: StageState::Pending,
-                    command: command.to_owned(),
-                    started_at,
-                    ended_at: None,
-                    run_id: None,
-                    error: None,
-                    interrupted: false,
-                },
+        let mut existing = read(out).unwrap_or_else(|e| {
+            let aside = e.path.with_file_name(format!(
+                "{}.unreadable-{}",
+                e.path.file_name().and_then(|n| n.to_str()).unwrap_or("stages.json"),
+                started_at.format("%Y%m%dT%H%M%S%.3fZ")
+            ));
+            let kept = std::fs::rename(&e.path, &aside).is_ok();
+            tracing::warn!(path = %e.path.display(), why = %e.why, kept_aside = kept.then(|| aside.display().to_string()), "the stage ledger cannot be read; the stages it held read as unknown until redone");
+            let why = format!(
+                "how it last ended is unknown: the stage ledger `{}` could not be read ({}){}",
+                e.path.display(),
+                e.why,
+                if kept { format!("; it is kept as `{}`", aside.display()) } else { String::new() }
             );
+            e.stages
+                .iter()
+                .map(|&stage| {
+                    let entry = StageEntry {
+                        state: StageState::Unknown,
+                        command: command.to_owned(),
+                        started_at,
+                        pid: None,
+                        entered_at: None,
+                        ended_at: Some(started_at),
+                        run_id: None,
+                        error: Some(why.clone()),
+                        interrupted: false,
+                    };
+                    (stage, entry)
+                })
+                .collect()
+        });
+        let mut before = Stages::new();
+        for &stage in stages {
+            let entry = StageEntry {
+                state: StageState::Pending,
+                command: command.to_owned(),
+                started_at,
+                pid: Some(std::process::id()),
+                entered_at: None,
+                ended_at: None,
+                run_id: None,
+                error: None,
+                interrupted: false,
+            };
+            if let Some(old) = existing.insert(stage, entry) {
+                before.insert(stage, old);
+            }
         }
         let log = StageLog {
             path: Some(ledger_path(out)),
             legacy: Some(legacy_path(out)),
             command: command.to_owned(),
             started_at,
-            state: Mutex::new(Progress { stages: existing, current: stages.first().copied() }),
+            state: Mutex::new(Progress { stages: existing, before, current: stages.first().copied() }),
         };
-        log.write(&log.lock().stages);
+        log.write(&log.lock().stages, Sync::Synced);
         log
     }
 
@@ -230,7 +312,7 @@ impl StageLog {
             legacy: None,
             command: String::new(),
             started_at: Utc::now(),
-            state: Mutex::new(Progress { stages: Stages::new(), current: None }),
+            state: Mutex::new(Progress { stages: Stages::new(), before: Stages::new(), current: None }),
         }
     }
 
@@ -238,9 +320,9 @@ impl StageLog {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn write(&self, stages: &Stages) {
+    fn write(&self, stages: &Stages, sync: Sync) {
         let Some(path) = &self.path else { return };
-        if let Err(e) = crate::out::write_json_atomic(path, stages) {
+        if let Err(e) = crate::out::write_json_atomic_with(path, stages, sync == Sync::Synced) {
             tracing::warn!(error = %e, "the stage ledger cannot be written; the report may not know how this command ended");
             return;
         }
@@ -249,9 +331,21 @@ impl StageLog {
         }
     }
 
-    /// The command is now in `stage`: a failure from here on is that stage's.
+    /// The command is now in `stage`: a failure from here on is that stage's, and if the
+    /// command dies here, this is the stage it reached.
     pub fn enter(&self, stage: Stage) {
-        self.lock().current = Some(stage);
+        let mut p = self.lock();
+        p.current = Some(stage);
+        if self.path.is_none() {
+            return;
+        }
+        let owned = p.stages.get(&stage).is_some_and(|e| self.owns(e) && e.state == StageState::Pending);
+        if owned {
+            if let Some(entry) = p.stages.get_mut(&stage) {
+                entry.entered_at = Some(Utc::now());
+            }
+            self.write(&p.stages, Sync::Unsynced);
+        }
     }
 
     /// The stage this command is in.
@@ -261,25 +355,54 @@ impl StageLog {
 
     /// Marks `stage` done, with the raw run it extracted or loaded.
     pub fn done(&self, stage: Stage, run_id: Option<&str>) {
-        self.settle(stage, StageState::Done, run_id, None, false);
+        self.settle(stage, StageState::Done, run_id, None, false, Sync::Unsynced);
     }
 
     /// Marks `stage` failed, whatever stage the command is in (the actions' own outcome, say).
     pub fn failed(&self, stage: Stage, error: String, interrupted: bool) {
-        self.settle(stage, StageState::Failed, None, Some(error), interrupted);
+        self.settle(stage, StageState::Failed, None, Some(error), interrupted, Sync::Synced);
     }
 
-    /// Marks how an actions stage ended: done, even with rows held for attention (the report's
-    /// corrections section shows them); failed when a stop or a refused key left rows unsent,
-    /// until an apply sends them.
-    pub fn actions_ended(&self, report: &crate::action::ActionReport) {
-        match &report.stopped {
-            Some(why) => self.failed(
+    /// Marks how an actions stage ended. Rows held for attention (exit 3) leave it done: the
+    /// report's corrections section shows them. A stop or a refused key that left rows unsent,
+    /// or intents of an earlier run still open (in doubt: a write that may or may not have taken
+    /// effect, in another file), leave it failed, until an apply resolves them. An apply of part
+    /// of the file (`--only`) redoes only part of the stage: an earlier failure stands.
+    pub fn actions_ended(&self, report: &crate::action::ActionReport, partial: bool) {
+        if let Some(why) = &report.stopped {
+            self.failed(
                 Stage::Actions,
                 format!("stopped before every row was sent ({why}); the rows not sent go out on the next apply"),
                 !report.stopped_by_auth,
-            ),
-            None => self.done(Stage::Actions, None),
+            );
+        } else if !report.unresolved_intents.is_empty() {
+            self.failed(
+                Stage::Actions,
+                format!(
+                    "{} intent(s) of an earlier actions run are still open, their writes in doubt ({}); apply their files again to resolve them",
+                    report.unresolved_intents.len(),
+                    report.unresolved_intents.join("; ")
+                ),
+                false,
+            );
+        } else if partial {
+            self.keep_earlier(Stage::Actions);
+        } else {
+            self.done(Stage::Actions, None);
+        }
+    }
+
+    /// Puts back the entry `stage` had before this command began, unless that was done (or none):
+    /// the command redid only part of the stage.
+    fn keep_earlier(&self, stage: Stage) {
+        let earlier = self.lock().before.get(&stage).cloned();
+        match earlier {
+            Some(entry) if entry.state != StageState::Done => {
+                let mut p = self.lock();
+                p.stages.insert(stage, entry);
+                self.write(&p.stages, Sync::Synced);
+            }
+            _ => self.done(stage, None),
         }
     }
 
@@ -298,58 +421,69 @@ impl StageLog {
                 entry.ended_at = Some(now);
             }
         }
+        let entered_at = p.stages.get(&stage).and_then(|e| e.entered_at);
         p.stages.insert(
             stage,
             StageEntry {
                 state: StageState::Failed,
                 command: self.command.clone(),
                 started_at: self.started_at,
+                pid: Some(std::process::id()),
+                entered_at,
                 ended_at: Some(now),
                 run_id: None,
                 error: Some(e.recorded()),
                 interrupted: e.exit_code() == exit::INTERRUPTED,
             },
         );
-        self.write(&p.stages);
+        self.write(&p.stages, Sync::Synced);
     }
 
     /// The command completed: its stages still pending are done.
     pub fn finish(&self) {
         let mut p = self.lock();
         let now = Utc::now();
-        let mut changed = false;
         for entry in p.stages.values_mut() {
             if self.owns(entry) && entry.state == StageState::Pending {
                 entry.state = StageState::Done;
                 entry.ended_at = Some(now);
-                changed = true;
             }
         }
-        if changed {
-            self.write(&p.stages);
-        }
+        // Synced whether or not anything changed: the stages done on the way were not.
+        self.write(&p.stages, Sync::Synced);
     }
 
     fn owns(&self, entry: &StageEntry) -> bool {
         entry.command == self.command && entry.started_at == self.started_at
     }
 
-    fn settle(&self, stage: Stage, state: StageState, run_id: Option<&str>, error: Option<String>, interrupted: bool) {
+    fn settle(
+        &self,
+        stage: Stage,
+        state: StageState,
+        run_id: Option<&str>,
+        error: Option<String>,
+        interrupted: bool,
+        sync: Sync,
+    ) {
         if self.path.is_none() {
             return;
         }
         let mut p = self.lock();
+        let entered_at = p.stages.get(&stage).filter(|e| self.owns(e)).and_then(|e| e.entered_at);
         let entry = StageEntry {
             state,
             command: self.command.clone(),
             started_at: self.started_at,
+            pid: Some(std::process::id()),
+            entered_at,
             ended_at: Some(Utc::now()),
             run_id: run_id.map(str::to_owned),
             error,
             interrupted,
         };
         p.stages.insert(stage, entry);
-        self.write(&p.stages);
+        self.write(&p.stages, sync);
     }
 }
 
@@ -413,7 +547,20 @@ mod tests {
         StageLog::begin(&out, "load", &[Stage::Load]).finish();
         assert!(!legacy_path(&out).exists(), "taken into the ledger");
         assert_eq!(read(&out).unwrap()[&Stage::Lake].state, StageState::Failed, "and still failed there");
-        std::fs::write(ledger_path(&out), b"{\"load\": ").unwrap();
-        assert!(read(&out).unwrap_err().why.contains("not readable"));
+        std::fs::write(ledger_path(&out), b"{\"load\": {\"state\": \"done\", \"lake\": ").unwrap();
+        let bad = read(&out).unwrap_err();
+        assert!(bad.why.contains("not readable"));
+        assert_eq!(bad.stages, [Stage::Load, Stage::Lake], "what it may have held");
+        // A command keeps it aside; the stages it held and the command does not redo are unknown.
+        StageLog::begin(&out, "extract", &[Stage::Extract]).finish();
+        let after = read(&out).unwrap();
+        assert_eq!(after[&Stage::Lake].state, StageState::Unknown);
+        assert!(after[&Stage::Lake].error.as_deref().unwrap().contains("is kept as"), "{:?}", after[&Stage::Lake]);
+        assert_eq!(after[&Stage::Extract].state, StageState::Done);
+        let aside = std::fs::read_dir(out.state_dir())
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("stages.json.unreadable-"));
+        assert!(aside, "the unreadable ledger is kept");
     }
 }

@@ -495,17 +495,22 @@ fn lost_answers_at_a_high_rate_still_apply_each_row_once() {
     assert_eq!(emu.state.requests().len(), before, "{again:#?}");
 }
 
+/// An emulator that loses every write's answer before any status arrives (a cut 200 would be an
+/// answer: applied); `set_fault_rate(0.0)` brings the answers back.
+fn every_answer_lost() -> TestEmu {
+    use creator_etl::emulator::{Fault, LostKind};
+    let mut cfg = EmulatorConfig::for_tests(20);
+    cfg.faults.rate = 1.0;
+    cfg.faults.kinds = vec![Fault::LostAnswer];
+    cfg.faults.lost = vec![LostKind::Dropped, LostKind::BadGateway];
+    TestEmu::start(cfg)
+}
+
 /// Every answer lost, retries spent: the rows end `in_doubt` (exit 3), with what to check. They
 /// are held by later applies until `--retry-failed`, whose answers then settle them.
 #[test]
 fn writes_whose_answers_never_come_end_in_doubt_and_are_held() {
-    use creator_etl::emulator::Fault;
-    let mut cfg = EmulatorConfig::for_tests(20);
-    cfg.faults.rate = 1.0;
-    cfg.faults.kinds = vec![Fault::LostAnswer];
-    // Lost before any status arrived (a cut 200 would be an answer: applied).
-    cfg.faults.lost = vec![creator_etl::emulator::LostKind::Dropped, creator_etl::emulator::LostKind::BadGateway];
-    let emu = TestEmu::start(cfg);
+    let emu = every_answer_lost();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let s = updatable_sales(&emu)[0];
@@ -728,12 +733,7 @@ fn an_interrupted_re_send_is_left_to_the_next_apply() {
 /// for neither `--max-rows` nor the plan's sends, and the first copy's journal row is its own.
 #[test]
 fn an_approved_row_pasted_twice_is_sent_once_even_when_its_answers_are_lost() {
-    use creator_etl::emulator::Fault;
-    let mut cfg = EmulatorConfig::for_tests(20);
-    cfg.faults.rate = 1.0;
-    cfg.faults.kinds = vec![Fault::LostAnswer];
-    cfg.faults.lost = vec![creator_etl::emulator::LostKind::Dropped, creator_etl::emulator::LostKind::BadGateway];
-    let emu = TestEmu::start(cfg);
+    let emu = every_answer_lost();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let s = updatable_sales(&emu)[0];

@@ -1249,7 +1249,7 @@ fn a_fleet_warehouse_commits_each_batch_to_the_lake_once_per_table() {
 }
 
 /// Two corrections of the emulator's main organization (sales 7001 and 7002), as `main.csv`.
-fn write_main_corrections(dir: &Path) {
+pub(crate) fn write_main_corrections(dir: &Path) {
     std::fs::write(
         dir.join("main.csv"),
         format!("{ACTIONS_HEADER}\nupdate_sale,yes,7001,,1111,,,,,,\nupdate_sale,yes,7002,,2222,,,,,,\n"),
