@@ -19,7 +19,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use common::{arg, generate, median};
-use creator_etl::load::lake::{tables, LakeConfig};
+use creator_etl::load::catalog::lake_tables as tables;
+use creator_etl::load::lake::LakeConfig;
 use creator_etl::load::{load_extracted, LoadConfig};
 use creator_etl::out::OutDir;
 use creator_etl::transform::DEFAULT_COHORT_EDGES;
@@ -56,8 +57,13 @@ fn main() {
         };
         load_extracted(&config, input.extracted(format!("bench-{i}"), true), None).expect("load");
         let dir = out.root().join(".lake-staging");
-        creator_etl::load::lake::stage(&out, &format!("org-{i}"), &dir, &creator_etl::load::lake::committed_tables())
-            .expect("stage");
+        creator_etl::load::lake::stage(
+            &out,
+            &format!("org-{i}"),
+            &dir,
+            &creator_etl::load::catalog::committed_tables(),
+        )
+        .expect("stage");
         staged.push((format!("org-{i}"), dir));
     }
     println!(
@@ -86,7 +92,7 @@ fn main() {
                             creator_etl::load::lake::commit_tables(
                                 &lake,
                                 &dir,
-                                &creator_etl::load::lake::committed_tables(),
+                                &creator_etl::load::catalog::committed_tables(),
                             )
                             .await
                         })

@@ -51,8 +51,10 @@ fn main() {
             lake: None,
         };
         let report = load_extracted(&config, extracted, None).expect("load");
-        for (k, v) in report.stages_ms {
-            stages.entry(k).or_default().push(v);
+        // The report's keys, as `load` prints them.
+        let timings = serde_json::to_value(&report.stages_ms).expect("timings serialise");
+        for (k, v) in timings.as_object().expect("an object") {
+            stages.entry(k.clone()).or_default().push(v.as_u64().unwrap_or_default());
         }
         if lake {
             // The same data into a fresh local Delta Lake, as `load --lake` does after the
@@ -67,7 +69,7 @@ fn main() {
                 &OutDir::new(dir.path()),
                 "bench",
                 &staged,
-                &creator_etl::load::lake::committed_tables(),
+                &creator_etl::load::catalog::committed_tables(),
             )
             .expect("stage");
             let stage_ms = t.elapsed().as_millis() as u64;
@@ -76,7 +78,7 @@ fn main() {
                 .block_on(creator_etl::load::lake::commit_tables(
                     &lake,
                     &staged,
-                    &creator_etl::load::lake::committed_tables(),
+                    &creator_etl::load::catalog::committed_tables(),
                 ))
                 .expect("commit");
             assert_eq!(report.rows["applications"], applications as u64);

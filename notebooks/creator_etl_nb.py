@@ -129,7 +129,7 @@ def _views(con: duckdb.DuckDBPyConnection, prefix: str, hidden: dict, within: st
             )
     if ORG is not None:
         # The warehouse's own views over those tables (`cohort_acceptance`), from the same file.
-        con.execute((REPO / "src" / "load" / "views.sql").read_text())
+        con.execute((REPO / "src" / "load" / "catalog" / "views.sql").read_text())
     return con
 
 

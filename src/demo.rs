@@ -48,8 +48,8 @@ impl DemoConfig {
             return Err(Error::Config(vec!["`--applications` must be at least 1".into()]));
         }
         let root = out.root();
-        let used = ["warehouse.duckdb", "raw", "parquet", "actions"].iter().any(|p| root.join(p).exists());
-        if used && !root.join(".demo").exists() {
+        let used = [out.warehouse(), out.raw_root(), out.parquet_dir(), out.actions_dir()].iter().any(|p| p.exists());
+        if used && !out.demo_mark().exists() {
             return Err(Error::Config(vec![format!(
                 "`{}` holds data that a demo did not make; the demo writes emulator data only into an empty \
                  directory or an earlier demo's. Pass `--out` with another directory",
@@ -64,7 +64,7 @@ impl DemoConfig {
 pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
     let root = config.out.root().to_path_buf();
     let _lock = config.out.lock("demo")?;
-    crate::out::write_atomic(&root.join(".demo"), b"made by `creator-etl demo`\n")?;
+    crate::out::write_atomic(&config.out.demo_mark(), b"made by `creator-etl demo`\n")?;
 
     let mut emu_config = EmulatorConfig::for_tests(config.applications);
     emu_config.data.seed = config.seed;
@@ -94,7 +94,7 @@ pub async fn run(config: &DemoConfig) -> Result<u8, Error> {
         parquet_grace: crate::load::DEFAULT_PARQUET_GRACE,
         lake: None,
     };
-    let reviewed_path = root.join("examples").join("reviewed.csv");
+    let reviewed_path = config.out.demo_reviewed_csv();
     crate::out::write_atomic(&reviewed_path, EXAMPLE_REVIEWED_CSV.as_bytes())?;
     let reviewed = crate::action::read(&reviewed_path)?;
     let actions = ActionConfig {
@@ -182,7 +182,7 @@ fn table(warehouse: &std::path::Path, name: &str, sql: &str) -> Result<String, E
 }
 
 fn summary(report: &SyncReport, root: &std::path::Path, page: Option<&std::path::Path>) -> Result<String, Error> {
-    let warehouse = root.join("warehouse.duckdb");
+    let warehouse = OutDir::new(root).warehouse();
     let mut s = format!(
         "creator-etl demo: two runs; the second made {} requests, holds {} applications and {} days of content, in {}",
         report.extract.requests.requests_total,
@@ -217,15 +217,18 @@ fn summary(report: &SyncReport, root: &std::path::Path, page: Option<&std::path:
     };
     s.push_str(&section("report", &page));
     let out = root.display();
+    let warehouse = warehouse.display();
+    let reviewed = OutDir::new(root).demo_reviewed_csv();
+    let reviewed = reviewed.display();
     s.push_str(&section(
         "next",
         &format!(
             "  creator-etl query wow_latest --out {out}                 # any of queries/*.sql
   creator-etl query run_health --out {out} --format json
   creator-etl report --out {out}                            # the HTML report again
-  creator-etl actions plan {out}/examples/reviewed.csv --out {out}   # rerun: all already applied
-  CREATOR_ETL_WAREHOUSE={out}/warehouse.duckdb jupyter lab notebooks/
-  duckdb {out}/warehouse.duckdb                              # plain SQL
+  creator-etl actions plan {reviewed} --out {out}   # rerun: all already applied
+  CREATOR_ETL_WAREHOUSE={warehouse} jupyter lab notebooks/
+  duckdb {warehouse}                              # plain SQL
 
   against the real service (2 s between requests, 40 requests/hour by default):
   export CREATOR_API_KEY=...   # or --api-key-file PATH

@@ -93,9 +93,9 @@ impl Error {
                 "another run holds the lock on `{out}` ({}); wait for it to finish, or check that it is still running",
                 pid(holder)
             ),
-            Error::Load(LoadError::Locked { path, holder })
-            | Error::Action(ActionError::Warehouse(LoadError::Locked { path, holder })) => format!(
-                "the warehouse `{path}` is held by another process ({}); close it (readers use the snapshot `warehouse.duckdb`), then rerun",
+            Error::Load(LoadError::Locked { path, holder, snapshot })
+            | Error::Action(ActionError::Warehouse(LoadError::Locked { path, holder, snapshot })) => format!(
+                "the warehouse `{path}` is held by another process ({}); close it (readers use the snapshot `{snapshot}`), then rerun",
                 pid(holder)
             ),
             e if e.exit_code() == exit::LOCKED => {

@@ -1,7 +1,7 @@
 //! The output directory (`--out`): its layout, the lock that keeps two runs from interleaving,
 //! atomic file writes, and run ids.
 //!
-//! Layout:
+//! Layout ([`OutDir`] is the one place that joins these names):
 //! ```text
 //! OUT/.lock                          held by the running command (OS file lock)
 //! OUT/raw/<run_id>/run.json          what the run was asked to do
@@ -10,10 +10,18 @@
 //! OUT/raw/<run_id>/COMPLETE          present once the extract finished
 //! OUT/runs/<run_id>.json             the run report
 //! OUT/state/pacing-<id>.json         the pacer's memory per service and key (times only)
+//! OUT/state/stages.json              the stage ledger: how far the last commands got
 //! OUT/state/warehouse.duckdb         the writer's warehouse (see `load::warehouse`)
+//! OUT/state/fleet-status.json        an organization's status in a fleet (`fleet status`)
 //! OUT/warehouse.duckdb               the readers' snapshot, replaced by a rename
 //! OUT/parquet/<table>                symlink to the table's current version directory
 //! OUT/actions/<run_id>-results.csv   an actions run's results
+//! OUT/report/index.html              the HTML report (`report/org/<name>.html` per organization)
+//! OUT/orgs/<name>/                   a fleet's organization's own directory, laid out as this
+//! OUT/.staging/                      a load's staged files (removed by the next load)
+//! OUT/.lake-staging/ .lake-intents/  the lake push's and the actions intents' staged files
+//! OUT/.lake-restore/                 the lake's files cached for a restore
+//! OUT/.demo, OUT/examples/           a demo's mark and its reviewed CSV
 //! ```
 //!
 //! The lock is an OS advisory lock (`flock`), so a killed run never leaves a stale lock behind.
@@ -53,6 +61,9 @@ pub(crate) fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::
 pub struct OutDir {
     root: PathBuf,
 }
+
+/// The warehouse's file name, of the writer's and the readers' alike.
+const WAREHOUSE_FILE: &str = "warehouse.duckdb";
 
 /// Whether a command holds an output directory's lock now ([`OutDir::lock_holder`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,13 +110,103 @@ impl OutDir {
         self.root.join("state")
     }
 
+    fn lock_file(&self) -> PathBuf {
+        self.root.join(".lock")
+    }
+
+    /// The writer's warehouse: opened only by creator-etl's writing commands.
+    pub fn writer_warehouse(&self) -> PathBuf {
+        self.state_dir().join(WAREHOUSE_FILE)
+    }
+
+    /// The readers' snapshot of the warehouse, replaced by a rename at each publish.
+    pub fn warehouse(&self) -> PathBuf {
+        self.root.join(WAREHOUSE_FILE)
+    }
+
+    /// The Parquet tree: a symlink per table to its current version.
+    pub fn parquet_dir(&self) -> PathBuf {
+        self.root.join("parquet")
+    }
+
+    /// Where loads stage their files; what is left here after a crash is removed by the next.
+    pub fn staging_dir(&self) -> PathBuf {
+        self.root.join(".staging")
+    }
+
+    /// Where the lake push stages the organization's tables.
+    pub fn lake_staging_dir(&self) -> PathBuf {
+        self.root.join(".lake-staging")
+    }
+
+    /// Where the actions stage their intents for the lake before sending.
+    pub fn lake_intents_dir(&self) -> PathBuf {
+        self.root.join(".lake-intents")
+    }
+
+    /// Where a restore caches the lake's files.
+    pub fn lake_restore_dir(&self) -> PathBuf {
+        self.root.join(".lake-restore")
+    }
+
+    /// The actions runs' results files.
+    pub fn actions_dir(&self) -> PathBuf {
+        self.root.join("actions")
+    }
+
+    /// An actions run's results file.
+    pub fn results_csv(&self, run_id: &str) -> PathBuf {
+        self.actions_dir().join(format!("{run_id}-results.csv"))
+    }
+
+    /// The HTML report's directory (`index.html`, `org/<name>.html`).
+    pub fn report_dir(&self) -> PathBuf {
+        self.root.join("report")
+    }
+
+    /// A fleet's organizations' directories.
+    pub fn orgs_dir(&self) -> PathBuf {
+        self.root.join("orgs")
+    }
+
+    /// A fleet's organization's own directory.
+    pub fn org(&self, name: &str) -> OutDir {
+        OutDir::new(self.orgs_dir().join(name))
+    }
+
+    /// An organization's status in a fleet (`fleet status`).
+    pub fn fleet_status_file(&self) -> PathBuf {
+        self.state_dir().join("fleet-status.json")
+    }
+
+    /// The stage ledger ([`crate::sync::stages`]).
+    pub fn stages_file(&self) -> PathBuf {
+        self.state_dir().join("stages.json")
+    }
+
+    /// The mark of a directory the demo made (`creator-etl demo` writes only into such a one, or
+    /// an empty one).
+    pub fn demo_mark(&self) -> PathBuf {
+        self.root.join(".demo")
+    }
+
+    /// The demo's reviewed CSV, written where the demo's summary tells the user to plan it.
+    pub fn demo_reviewed_csv(&self) -> PathBuf {
+        self.root.join("examples").join("reviewed.csv")
+    }
+
+    /// Where an earlier release recorded how the last `run` ended.
+    pub fn legacy_last_run_file(&self) -> PathBuf {
+        self.state_dir().join("last-run.json")
+    }
+
     /// Who holds the directory's lock now (a run in progress): what it recorded. Finding out
     /// takes the lock for an instant (the only answer that holds across pid namespaces and
     /// network filesystems); [`lock`](Self::lock) waits a moment for a busy lock, so a run
     /// starting at that instant is not refused. The lock file is opened for writing, as an
     /// exclusive `flock` needs on NFS, and never created: with no lock file, no run holds it.
     pub fn lock_holder(&self) -> Holder {
-        let path = self.root.join(".lock");
+        let path = self.lock_file();
         let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Holder::Free,
@@ -131,7 +232,7 @@ impl OutDir {
     /// command to report.
     pub fn lock(&self, who: &str) -> Result<OutLock, OutError> {
         fs::create_dir_all(&self.root).map_err(io_err("create", &self.root))?;
-        let path = self.root.join(".lock");
+        let path = self.lock_file();
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)

@@ -109,6 +109,8 @@ const JOURNAL_OUTCOMES: [&str; 11] = [
 
 pub struct Journal {
     conn: Connection,
+    /// The warehouse file it is in, which a message may tell the user to correct.
+    file: std::path::PathBuf,
     /// The table has the scope columns (schema version 3); a plan may read an older warehouse.
     scoped: bool,
 }
@@ -121,7 +123,7 @@ impl Journal {
     /// Opens the warehouse's journal for writing, migrating the warehouse if needed.
     pub fn open(out: &OutDir) -> Result<Self, ActionError> {
         // The writer's warehouse is migrated when it opens: it always has the scope columns.
-        Ok(Journal { conn: warehouse::open_writer(out)?, scoped: true })
+        Ok(Journal { conn: warehouse::open_writer(out)?, file: out.writer_warehouse(), scoped: true })
     }
 
     /// Opens it read-only, for a plan; `None` when there is no warehouse (nothing applied yet).
@@ -131,14 +133,15 @@ impl Journal {
         let Some((conn, note)) = warehouse::open_latest_read_only(out)? else {
             return Ok(None);
         };
-        if crate::load::fleet::is_fleet(&conn)? {
-            return Err(crate::load::LoadError::Kind(crate::load::fleet::NOT_ONE_ORGANIZATION.into()).into());
+        if crate::load::warehouse::is_fleet(&conn)? {
+            return Err(crate::load::LoadError::Kind(crate::load::warehouse::NOT_ONE_ORGANIZATION.into()).into());
         }
         if !warehouse::has_table(&conn, "action_journal")? {
             return Ok(None);
         }
         let scoped = Self::has_scope_columns(&conn)?;
-        Ok(Some((Journal { conn, scoped }, note)))
+        let file = if note.is_some() { out.warehouse() } else { out.writer_warehouse() };
+        Ok(Some((Journal { conn, file, scoped }, note)))
     }
 
     fn has_scope_columns(conn: &Connection) -> Result<bool, ActionError> {
@@ -176,9 +179,10 @@ impl Journal {
             Some(value) => Err(ActionError::Journal {
                 context: "read the journal",
                 message: format!(
-                    "`action_journal.outcome` holds {}, which is not one of {}; nothing was sent. Correct or delete that row in the writer's warehouse (`OUT/state/warehouse.duckdb`), then rerun",
+                    "`action_journal.outcome` holds {}, which is not one of {}; nothing was sent. Correct or delete that row in the writer's warehouse (`{}`), then rerun",
                     value.map_or("NULL".to_owned(), |v| format!("`{v}`")),
-                    JOURNAL_OUTCOMES.join(", ")
+                    JOURNAL_OUTCOMES.join(", "),
+                    self.file.display()
                 ),
             }),
         }
@@ -309,10 +313,11 @@ impl Journal {
         scope: &Scope,
         f: impl FnOnce(&Connection) -> Result<T, ActionError>,
     ) -> Result<T, ActionError> {
-        self.conn.execute_batch("BEGIN TRANSACTION").map_err(db("record the intents in the journal"))?;
+        let tx = self.conn.unchecked_transaction().map_err(db("record the intents in the journal"))?;
         let result =
             rows.iter().try_for_each(|row| self.record_intent(run_id, file, row, scope)).and_then(|()| f(&self.conn));
-        let undone = self.conn.execute_batch("ROLLBACK").map_err(db("undo the intents in the journal"));
+        // Undone on purpose, whatever `f` did: this journal records each intent as its row is sent.
+        let undone = tx.rollback().map_err(db("undo the intents in the journal"));
         let value = result?;
         undone?;
         Ok(value)
@@ -339,8 +344,8 @@ impl Journal {
         scope: &Scope,
     ) -> Result<(), ActionError> {
         let update = || -> Result<(), duckdb::Error> {
-            self.conn.execute_batch("BEGIN TRANSACTION")?;
-            self.conn.execute(
+            let tx = self.conn.unchecked_transaction()?;
+            tx.execute(
                 "UPDATE action_journal SET outcome = ?, http_status = ?, message = ?, response_excerpt = ?, \
                  outcome_at = now() WHERE fingerprint = ? AND run_id = ?",
                 params![
@@ -352,7 +357,7 @@ impl Journal {
                     run_id,
                 ],
             )?;
-            self.conn.execute(
+            tx.execute(
                 &format!(
                     "UPDATE action_journal SET outcome = 'superseded', message = 'resolved by run ' || ?::VARCHAR, \
                      outcome_at = now() WHERE fingerprint = ? AND run_id <> ? AND outcome IN ('pending', 'in_doubt') \
@@ -360,12 +365,9 @@ impl Journal {
                 ),
                 params![run_id, row.fingerprint(), run_id, scope.service, scope.key, scope.key],
             )?;
-            self.conn.execute_batch("COMMIT")
+            tx.commit()
         };
-        update().map_err(|e| {
-            let _ = self.conn.execute_batch("ROLLBACK");
-            db("record the outcome in the journal")(e)
-        })
+        update().map_err(db("record the outcome in the journal"))
     }
 
     /// Closes the journal and publishes the warehouse to readers ([`warehouse::publish`]).
@@ -381,9 +383,9 @@ impl Journal {
         finished_at: DateTime<Utc>,
         results: &[RowResult],
     ) -> Result<(), ActionError> {
-        self.conn.execute_batch("BEGIN TRANSACTION").map_err(db("store the results"))?;
         let insert = || -> Result<(), duckdb::Error> {
-            let mut stmt = self.conn.prepare(
+            let tx = self.conn.unchecked_transaction()?;
+            let mut stmt = tx.prepare(
                 "INSERT OR REPLACE INTO action_results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::TIMESTAMPTZ)",
             )?;
             for r in results {
@@ -403,15 +405,10 @@ impl Journal {
                     finished_at.to_rfc3339(),
                 ])?;
             }
-            Ok(())
+            drop(stmt);
+            tx.commit()
         };
-        match insert() {
-            Ok(()) => self.conn.execute_batch("COMMIT").map_err(db("store the results")),
-            Err(e) => {
-                let _ = self.conn.execute_batch("ROLLBACK");
-                Err(db("store the results")(e))
-            }
-        }
+        insert().map_err(db("store the results"))
     }
 }
 

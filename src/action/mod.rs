@@ -8,7 +8,7 @@
 //!    held back when it failed for good or ended in doubt before (unless `--retry-failed`);
 //! 2. has its intent committed to the journal, is sent through the paced client, and has its
 //!    outcome committed (see [`journal`] for why this gives exactly once across crashes);
-//! 3. ends as one [`Outcome`].
+//! 3. ends as one [`RowOutcome`].
 //!
 //! **Lost answers.** A write can take effect while its answer never arrives (a dropped
 //! connection, a proxy's 502, a body cut short). Any 2xx is `applied`, whatever its body. A write
@@ -25,6 +25,9 @@
 
 pub mod journal;
 pub mod reviewed;
+mod send;
+
+use send::{check_hint, send};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -34,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{ApiError, Client, MarkOutcome, WriteError, Written};
+use crate::api::{ApiError, Client};
 use crate::load::LoadError;
 use crate::out::{write_atomic, OutDir, OutError};
 use journal::{Journal, Known, Scope};
@@ -78,7 +81,7 @@ pub struct ActionConfig {
 /// How a row ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum RowOutcome {
     /// The service applied it.
     Applied,
     /// Nothing to do: the payout was already paid externally.
@@ -102,26 +105,26 @@ pub enum Outcome {
     NotSent,
 }
 
-impl Outcome {
+impl RowOutcome {
     /// The name stored in the journal, the results and the report.
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Applied => "applied",
-            Outcome::Noop => "noop",
-            Outcome::SkippedNotApproved => "skipped_not_approved",
-            Outcome::SkippedAlreadyApplied => "skipped_already_applied",
-            Outcome::SkippedNotSelected => "skipped_not_selected",
-            Outcome::SkippedDuplicate => "skipped_duplicate",
-            Outcome::Failed => "failed",
-            Outcome::FailedTransient => "failed_transient",
-            Outcome::InDoubt => "in_doubt",
-            Outcome::NotSent => "not_sent",
+            RowOutcome::Applied => "applied",
+            RowOutcome::Noop => "noop",
+            RowOutcome::SkippedNotApproved => "skipped_not_approved",
+            RowOutcome::SkippedAlreadyApplied => "skipped_already_applied",
+            RowOutcome::SkippedNotSelected => "skipped_not_selected",
+            RowOutcome::SkippedDuplicate => "skipped_duplicate",
+            RowOutcome::Failed => "failed",
+            RowOutcome::FailedTransient => "failed_transient",
+            RowOutcome::InDoubt => "in_doubt",
+            RowOutcome::NotSent => "not_sent",
         }
     }
 
     /// Whether the row needs attention: exit 3.
     pub fn is_failure(self) -> bool {
-        matches!(self, Outcome::Failed | Outcome::FailedTransient | Outcome::InDoubt | Outcome::NotSent)
+        matches!(self, RowOutcome::Failed | RowOutcome::FailedTransient | RowOutcome::InDoubt | RowOutcome::NotSent)
     }
 }
 
@@ -135,7 +138,7 @@ pub struct RowResult {
     pub approved: bool,
     pub reviewer: Option<String>,
     pub fingerprint: String,
-    pub outcome: Outcome,
+    pub outcome: RowOutcome,
     pub http_status: Option<u16>,
     /// The service's message, or why the row was skipped.
     pub message: Option<String>,
@@ -154,7 +157,7 @@ pub struct ActionReport {
     pub file: PathBuf,
     pub results_csv: PathBuf,
     /// Rows per outcome.
-    pub outcomes: BTreeMap<Outcome, u64>,
+    pub outcomes: BTreeMap<RowOutcome, u64>,
     /// Why the run stopped early (401/403, Ctrl-C), if it did.
     pub stopped: Option<String>,
     /// The stop was a rejected key (exit 4).
@@ -185,7 +188,7 @@ pub fn read(path: &Path) -> Result<Reviewed, ActionError> {
 /// The decision for one row before anything is sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Decision {
-    Skip(Outcome, String),
+    Skip(RowOutcome, String),
     /// `resend_of`: an earlier run sent this row and lost its answer (it died, or the row ended in
     /// doubt): the answer to this send is read knowing that.
     Send {
@@ -196,26 +199,26 @@ enum Decision {
 
 fn decide(row: &ReviewedRow, config: &ActionConfig, known: Option<&HashMap<String, Known>>) -> Decision {
     if !row.approved {
-        return Decision::Skip(Outcome::SkippedNotApproved, "not approved".into());
+        return Decision::Skip(RowOutcome::SkippedNotApproved, "not approved".into());
     }
     if config.only.is_some_and(|k| k != row.action) {
-        return Decision::Skip(Outcome::SkippedNotSelected, "left out by `--only`".into());
+        return Decision::Skip(RowOutcome::SkippedNotSelected, "left out by `--only`".into());
     }
     match known.and_then(|k| k.get(&row.fingerprint())) {
         Some(Known::Done { run_id }) => {
-            Decision::Skip(Outcome::SkippedAlreadyApplied, format!("already applied by run {run_id}"))
+            Decision::Skip(RowOutcome::SkippedAlreadyApplied, format!("already applied by run {run_id}"))
         }
         Some(Known::Interrupted { run_id }) => Decision::Send { resend_of: Some(run_id.clone()), retry: false },
         Some(Known::InDoubt { run_id, .. }) if config.retry_failed => {
             Decision::Send { resend_of: Some(run_id.clone()), retry: true }
         }
         Some(Known::InDoubt { run_id, message }) => Decision::Skip(
-            Outcome::InDoubt,
+            RowOutcome::InDoubt,
             format!("in doubt since run {run_id}: {message}; not sent again until `--retry-failed`"),
         ),
         Some(Known::FailedBefore { .. }) if config.retry_failed => Decision::Send { resend_of: None, retry: true },
         Some(Known::FailedBefore { run_id, status, message }) => Decision::Skip(
-            Outcome::Failed,
+            RowOutcome::Failed,
             format!(
                 "failed before in run {run_id} ({status} {message}); not sent again: fix the row, or apply with `--retry-failed`"
             ),
@@ -234,7 +237,7 @@ fn decide_rows(config: &ActionConfig, file: &Reviewed, known: Option<&HashMap<St
         .iter()
         .map(|row| match first.entry(row.fingerprint()) {
             std::collections::hash_map::Entry::Occupied(line) => {
-                Decision::Skip(Outcome::SkippedDuplicate, format!("duplicate of line {}", line.get()))
+                Decision::Skip(RowOutcome::SkippedDuplicate, format!("duplicate of line {}", line.get()))
             }
             std::collections::hash_map::Entry::Vacant(slot) => {
                 slot.insert(row.line);
@@ -279,8 +282,8 @@ pub fn plan(config: &ActionConfig, file: &Reviewed) -> Result<String, ActionErro
             Decision::Skip(outcome, why) => {
                 *totals.entry(outcome.as_str().to_owned()).or_default() += 1;
                 match outcome {
-                    Outcome::InDoubt => format!("hold ({why}); check {}", check_hint(row)),
-                    Outcome::Failed => format!("hold ({why})"),
+                    RowOutcome::InDoubt => format!("hold ({why}); check {}", check_hint(row)),
+                    RowOutcome::Failed => format!("hold ({why})"),
                     _ => format!("skip ({why})"),
                 }
             }
@@ -314,125 +317,6 @@ pub fn plan(config: &ActionConfig, file: &Reviewed) -> Result<String, ActionErro
     }
     text.push('\n');
     Ok(text)
-}
-
-/// What the operator should look at to settle a row in doubt.
-fn check_hint(row: &ReviewedRow) -> String {
-    match &row.target {
-        Target::Sale(id) => format!("whether sale {id} shows {} in the dashboard", row.changes()),
-        Target::Payout(uuid) => format!("whether payout {uuid} shows paid externally in the dashboard"),
-    }
-}
-
-fn excerpt(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    text.chars().take(300).collect()
-}
-
-/// Sends one row and classifies the answer. `resent` says an earlier attempt of this row, in a
-/// run that died or ended in doubt, may have taken effect. Returns the error that stops the run
-/// (401, 403, Ctrl-C), if any.
-async fn send(client: &Client, row: &ReviewedRow, result: &mut RowResult, resent: bool) -> Option<ApiError> {
-    let failure = match (&row.target, &row.update) {
-        (Target::Sale(id), Some(update)) => match client.update_sale(*id, update).await {
-            Ok(w) => {
-                applied(result, &w, resent);
-                if let Some(sale) = &w.value {
-                    result.result_total = sale.data.total;
-                    result.result_commission = sale.data.commission;
-                    result.result_status = Some(sale.data.status.to_string());
-                }
-                return None;
-            }
-            Err(e) => e,
-        },
-        (Target::Payout(uuid), _) => match client.mark_credit_payout(uuid).await {
-            Ok(MarkOutcome::Marked(w)) => {
-                applied(result, &w, resent);
-                result.result_status = w.value.as_ref().map(|v| v.creator_payout.status.clone());
-                return None;
-            }
-            Ok(MarkOutcome::AlreadyPaid { status, message, resent: lost_now }) => {
-                result.http_status = Some(status);
-                if resent || lost_now {
-                    result.outcome = Outcome::Applied;
-                    result.message = Some(format!(
-                        "took effect: an earlier attempt's answer was lost, and the re-send was answered `{message}`"
-                    ));
-                } else {
-                    result.outcome = Outcome::Noop;
-                    result.message = Some(message);
-                }
-                return None;
-            }
-            Err(e) => e,
-        },
-        (Target::Sale(_), None) => unreachable!("validation gives every update_sale row a body"),
-    };
-    let WriteError { error, in_doubt } = failure;
-    if error.is_stop() && !in_doubt {
-        // Stopped (Ctrl-C, a budget, a deadline) before this attempt went out, or after attempts
-        // that were answered and took no effect (a 429): this run sent nothing that could have
-        // taken effect, so the row stays as the journal had it, a re-send included.
-        result.outcome = Outcome::NotSent;
-        result.message = Some(if resent {
-            "not sent: the run stopped first; the earlier attempt's answer is still lost, and the next apply sends it again".into()
-        } else {
-            "not sent: the run stopped first; the next apply sends it".into()
-        });
-        return Some(error);
-    }
-    settle(row, result, &error, resent || in_doubt);
-    (error.is_auth() || error.is_stop()).then_some(error)
-}
-
-/// A 2xx: applied, whether or not the body could be read.
-fn applied<T>(result: &mut RowResult, w: &Written<T>, resent: bool) {
-    result.outcome = Outcome::Applied;
-    result.http_status = Some(w.status);
-    result.response_excerpt = Some(excerpt(&w.raw));
-    let mut notes = vec![];
-    if let Some(why) = &w.unreadable {
-        notes.push(format!("the service accepted it ({}), but its answer could not be read: {why}", w.status));
-    }
-    if resent || w.resent {
-        notes.push("an earlier attempt's answer was lost; this answer is to the re-send".to_owned());
-    }
-    result.message = (!notes.is_empty()).then(|| notes.join("; "));
-}
-
-/// The outcome of a row the service did not accept. Without a lost answer: `failed`, or
-/// `failed_transient` when retries could not get past 429s, 5xx or the network. After a lost
-/// answer, the refusal is read as evidence about the earlier attempt.
-fn settle(row: &ReviewedRow, result: &mut RowResult, error: &ApiError, lost: bool) {
-    result.http_status = error.status();
-    let said = error.server_message().map_or_else(|| error.to_string(), str::to_owned);
-    if !lost {
-        result.outcome = if error.is_transient() { Outcome::FailedTransient } else { Outcome::Failed };
-        result.message = Some(said);
-        return;
-    }
-    let cancels = row.update.as_ref().is_some_and(|u| u.status == Some(crate::api::models::SaleStatus::Cancelled));
-    let cancelled_refusal = said.to_ascii_lowercase().contains("cancelled sales cannot be updated");
-    // Refusals of the row itself (its target or its values), which the earlier attempt met too.
-    let refusal = matches!(error.status(), Some(400 | 404 | 405 | 410 | 413 | 415 | 422));
-    if cancels && cancelled_refusal {
-        result.outcome = Outcome::Applied;
-        result.message = Some(format!(
-            "took effect: an earlier attempt's answer was lost, and the re-send was answered `{said}`: the sale is cancelled, as the row asked"
-        ));
-    } else if refusal && !cancelled_refusal {
-        // 404, an invalid value, a sale or payout of the wrong kind: the earlier attempt met the
-        // same refusal, so nothing took effect.
-        result.outcome = Outcome::Failed;
-        result.message = Some(format!("{said} (an earlier attempt's answer was lost; it met the same refusal)"));
-    } else {
-        result.outcome = Outcome::InDoubt;
-        result.message = Some(format!(
-            "an earlier attempt's answer was lost, and no later answer settled whether it took effect (last: {said}); check {}; if it is not there, apply with `--retry-failed`",
-            check_hint(row)
-        ));
-    }
 }
 
 /// Applies a validated file. The caller holds the lock on the output directory. `client`
@@ -528,7 +412,7 @@ pub async fn send_all(
             approved: row.approved,
             reviewer: row.reviewer.clone(),
             fingerprint: row.fingerprint(),
-            outcome: Outcome::NotSent,
+            outcome: RowOutcome::NotSent,
             http_status: None,
             message: None,
             response_excerpt: None,
@@ -555,7 +439,7 @@ pub async fn send_all(
                 crate::out::crash_point("actions-after-intent");
                 let halt = send(&client, row, &mut result, resend_of.is_some()).await;
                 crate::out::crash_point("actions-before-outcome");
-                if result.outcome == Outcome::NotSent {
+                if result.outcome == RowOutcome::NotSent {
                     // Interrupted before it went out: no intent is left open.
                     journal.forget_intent(&run_id, row)?;
                 } else {
@@ -577,7 +461,7 @@ pub async fn send_all(
     let finished_at = Utc::now();
     journal.record_results(&run_id, &file_name, finished_at, &rows)?;
     journal.publish(&config.out)?;
-    let results_csv = config.out.root().join("actions").join(format!("{run_id}-results.csv"));
+    let results_csv = config.out.results_csv(&run_id);
     write_atomic(&results_csv, &results_csv_bytes(file, &rows, &run_id))?;
     let mut outcomes = BTreeMap::new();
     for r in &rows {

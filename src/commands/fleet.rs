@@ -14,7 +14,7 @@ use crate::fleet::job::{Defaults, Job};
 use crate::fleet::observe::Lineage;
 use crate::fleet::run::RunOptions;
 use crate::fleet::{Check, Organization};
-use crate::load::fleet::BatchConfig;
+use crate::load::fleet_warehouse::BatchConfig;
 use crate::{exit, Error};
 
 #[derive(Debug, Subcommand)]
@@ -158,7 +158,7 @@ impl FleetRunArgs {
             problems.push("`--batch-size` must be between 1 and 10000".into());
         }
         if self.warehouse == WarehouseKind::PerOrg
-            && crate::load::fleet::holds_fleet_warehouse(&crate::out::OutDir::new(&global.out))
+            && crate::load::warehouse::holds_fleet_warehouse(&crate::out::OutDir::new(&global.out))
         {
             problems.push(format!(
                 "`{}` holds a fleet warehouse: sync it with `--warehouse fleet` (a per-organization run would leave it behind)",

@@ -134,7 +134,7 @@ pub async fn exec(args: &LoadArgs, global: &GlobalArgs) -> Result<u8, Error> {
         log.done(Stage::Load, Some(&run_id));
         if let Some(lake) = &lake {
             log.enter(Stage::Lake);
-            loaded.lake = Some(push_to_lake(&out, lake, &crate::load::lake::committed_tables(), None).await?);
+            loaded.lake = Some(push_to_lake(&out, lake, &crate::load::catalog::committed_tables(), None).await?);
             log.done(Stage::Lake, Some(&run_id));
         }
         Ok::<_, Error>(loaded)

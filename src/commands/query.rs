@@ -65,7 +65,7 @@ pub(crate) fn source(
                     "`--org` `{org}` is not an organization's name (lowercase letters, digits, `-`, `_`, at most 63)"
                 )]));
             }
-            Ok(Source::Warehouse { path: global.out.join("warehouse.duckdb"), org })
+            Ok(Source::Warehouse { path: crate::out::OutDir::new(&global.out).warehouse(), org })
         }
         Some(url) => {
             let mut problems = vec![];

@@ -32,32 +32,29 @@ impl ReportArgs {
         })?;
         let source = super::query::source(self.lake.as_deref(), self.org.as_deref(), None, global)?;
         // A fleet whose organizations keep their own warehouses has no fleet warehouse (its
-        // writer's file, `state/warehouse.duckdb`, neither), but published organizations' ones.
+        // writer's file neither), but published organizations' ones.
+        let out = OutDir::new(&global.out);
         let per_org = || {
-            std::fs::read_dir(global.out.join("orgs"))
+            std::fs::read_dir(out.orgs_dir())
                 .into_iter()
                 .flatten()
                 .flatten()
-                .any(|e| e.path().join("warehouse.duckdb").is_file())
+                .any(|e| OutDir::new(e.path()).warehouse().is_file())
         };
-        if self.lake.is_none()
-            && !global.out.join("warehouse.duckdb").exists()
-            && !global.out.join("state/warehouse.duckdb").exists()
-            && per_org()
-        {
+        if self.lake.is_none() && !out.warehouse().exists() && !out.writer_warehouse().exists() && per_org() {
             return Err(Error::Config(vec![format!(
                 "`{}` holds a fleet whose organizations keep their own warehouses (`fleet run --warehouse per-org`): \
-                 write each one's report with `creator-etl report --out {}/orgs/NAME`",
+                 write each one's report with `creator-etl report --out {}`",
                 global.out.display(),
-                global.out.display()
+                out.org("NAME").root().display()
             )]));
         }
-        let state = match (&self.lake, global.out.join("orgs").is_dir()) {
+        let state = match (&self.lake, out.orgs_dir().is_dir()) {
             (Some(_), _) => RunState::DataOnly,
             (None, true) => RunState::Fleet(global.out.clone()),
-            (None, false) => RunState::Own { out: OutDir::new(&global.out), locked_here: false },
+            (None, false) => RunState::Own { out: out.clone(), locked_here: false },
         };
-        Ok(ReportConfig { source, org: self.org.clone(), dir: global.out.join("report"), state, stale_after })
+        Ok(ReportConfig { source, org: self.org.clone(), dir: out.report_dir(), state, stale_after })
     }
 }
 

@@ -89,7 +89,7 @@ pub async fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
             // The page shows the failure at the top, over the data of the last load; a later
             // `report` reads it from the ledger too.
             log.fail(&e);
-            if !args.no_report && out.root().join("warehouse.duckdb").is_file() {
+            if !args.no_report && out.warehouse().is_file() {
                 write_report(&out).await;
             }
             return Err(e);

@@ -217,10 +217,10 @@ impl<'a> Run<'a> {
             for (status, why) in &findings.read_in_full {
                 findings.warnings.push(format!("quick sync: status `{status}` was read in full: {why}"));
             }
-            findings.durations_ms.insert("applications".to_owned(), t.elapsed().as_millis() as u64);
+            findings.durations_ms.applications = Some(t.elapsed().as_millis() as u64);
             let t = Instant::now();
             crawl.content(&windows).await?;
-            findings.durations_ms.insert("content".to_owned(), t.elapsed().as_millis() as u64);
+            findings.durations_ms.content = Some(t.elapsed().as_millis() as u64);
             Ok(RunStatus::Completed)
         }
         .await;
@@ -249,7 +249,7 @@ impl<'a> Run<'a> {
         progress.finish();
         writer.finish()?;
         let (requests, unreported) = runs::record_requests(&config.out, &spec.run_id, invocation, &client.metrics())?;
-        findings.durations_ms.insert("extract".to_owned(), started.elapsed().as_millis() as u64);
+        findings.durations_ms.extract = Some(started.elapsed().as_millis() as u64);
         let (status, error) = match &result {
             Ok(s) => (*s, None),
             // The run report says the same of a stop and a spent budget: the next run resumes.

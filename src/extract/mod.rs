@@ -51,7 +51,7 @@ pub use extraction::{begin, Extraction};
 pub use landing::{ContentRow, Metric, Observation};
 pub use plan::{choose_mode, Plan};
 pub use quick::Snapshot;
-pub use report::{ContentSummary, ExtractReport, RunStatus, StatusSummary, SyncSummary};
+pub use report::{ContentSummary, ExtractReport, ExtractTimings, RunStatus, StatusSummary, SyncSummary};
 pub use runs::{
     content_range, latest_complete_run, read_extracted, read_quick, unfinished_run, Extracted, QuickLanding, RunSpec,
 };

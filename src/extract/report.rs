@@ -139,7 +139,7 @@ pub struct ExtractReport {
     /// Applications in the run's scope: those read, and a quick sync's kept ones.
     pub applications_total: u64,
     pub content: ContentSummary,
-    pub durations_ms: BTreeMap<String, u64>,
+    pub durations_ms: ExtractTimings,
     pub warnings: Vec<String>,
     pub error: Option<String>,
     pub raw_dir: PathBuf,
@@ -158,7 +158,21 @@ pub(crate) struct Findings {
     /// Statuses a quick sync read in full, and why.
     pub read_in_full: BTreeMap<String, String>,
     pub warnings: Vec<String>,
-    pub durations_ms: BTreeMap<String, u64>,
+    pub durations_ms: ExtractTimings,
+}
+
+/// Milliseconds per step of an extract (`durations_ms`), each when this invocation got to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtractTimings {
+    /// Paging the applications of every status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applications: Option<u64>,
+    /// The content statistics' windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<u64>,
+    /// The whole invocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extract: Option<u64>,
 }
 
 /// What the report says of the invocation itself.

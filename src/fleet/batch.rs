@@ -1,4 +1,4 @@
-//! The fleet warehouse's writer ([`crate::load::fleet`]): one thread owns it for the whole
+//! The fleet warehouse's writer ([`crate::load::fleet_warehouse`]): one thread owns it for the whole
 //! `fleet run`, answers each organization's preflight, and loads the organizations whose
 //! extracts have finished in batches.
 //!
@@ -21,7 +21,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::extract::{ExtractConfig, ExtractReport, Snapshot};
-use crate::load::fleet::{BatchConfig, FleetWarehouse, Member};
+use crate::load::fleet_warehouse::{BatchConfig, FleetWarehouse, Member};
 use crate::load::lake::LakeConfig;
 use crate::load::{LoadError, LoadReport};
 use crate::out::OutDir;
@@ -415,7 +415,8 @@ fn commit_to_lake(
     let orgs: Vec<String> = loaded.iter().map(|(org, ..)| org.clone()).collect();
     let complete: Vec<String> =
         loaded.iter().filter(|(_, actions, ..)| !actions).map(|(org, ..)| org.clone()).collect();
-    let first: Vec<&'static str> = crate::load::lake::tables().into_iter().filter(|t| !LAST.contains(t)).collect();
+    let first: Vec<&'static str> =
+        crate::load::catalog::lake_tables().into_iter().filter(|t| !LAST.contains(t)).collect();
     let staged = w.lake_staging().and_then(|dir| {
         let rows = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut rows = w.stage_lake(&orgs, &first, &dir)?;

@@ -11,7 +11,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 
 use super::job::Job;
-use super::report::{ActionsOutcome, OrgReport, Outcome};
+use super::report::{ActionsOutcome, OrgReport, SyncOutcome};
 use crate::Error;
 
 /// The job namespace of every OpenLineage event.
@@ -32,7 +32,7 @@ const GAUGES: [Gauge; 8] = [
     (
         "creator_etl_fleet_last_run_success",
         "1 when the organization's last sync (extract, load, lake commit) completed, else 0.",
-        |o| Some(if o.outcome == Outcome::Completed { 1.0 } else { 0.0 }),
+        |o| Some(if o.outcome == SyncOutcome::Completed { 1.0 } else { 0.0 }),
     ),
     ("creator_etl_fleet_last_run_rows", "Applications the organization's last sync extracted and loaded.", |o| {
         Some(o.applications as f64)
@@ -280,7 +280,7 @@ struct ActionsFacet<'a> {
     outcome: &'static str,
     exit_code: Option<u8>,
     held_rows: u64,
-    rows: &'a BTreeMap<crate::action::Outcome, u64>,
+    rows: &'a BTreeMap<crate::action::RowOutcome, u64>,
     message: Option<&'a str>,
 }
 
@@ -301,13 +301,12 @@ impl LineageEvent {
             .map(|e| Dataset { namespace: api.clone(), name: format!("{path}/{e}") })
             .collect();
         let outputs = match &job.sync.load.lake {
-            Some(lake) => crate::load::lake::tables()
+            Some(lake) => crate::load::catalog::lake_tables()
                 .into_iter()
                 .map(|t| Dataset { namespace: lake.url.clone(), name: t.to_owned() })
                 .collect(),
             None => {
-                let warehouse =
-                    warehouse.map_or_else(|| job.sync.load.out.root().join("warehouse.duckdb"), |w| w.to_path_buf());
+                let warehouse = warehouse.map_or_else(|| job.sync.load.out.warehouse(), |w| w.to_path_buf());
                 let warehouse = std::path::absolute(&warehouse).unwrap_or(warehouse);
                 vec![Dataset { namespace: "file".to_owned(), name: warehouse.display().to_string() }]
             }
@@ -338,11 +337,11 @@ impl LineageEvent {
     /// carries the [`ACTIONS_FACET`] facet, which says whether its corrections were held.
     pub fn end<'a>(&'a self, report: &'a OrgReport) -> RunEvent<'a> {
         let kind = match report.outcome {
-            Outcome::Completed => "COMPLETE",
-            Outcome::Incomplete | Outcome::Interrupted => "ABORT",
-            Outcome::Failed => "FAIL",
+            SyncOutcome::Completed => "COMPLETE",
+            SyncOutcome::Incomplete | SyncOutcome::Interrupted => "ABORT",
+            SyncOutcome::Failed => "FAIL",
         };
-        let error_message = (report.outcome != Outcome::Completed).then(|| ErrorMessageFacet {
+        let error_message = (report.outcome != SyncOutcome::Completed).then(|| ErrorMessageFacet {
             producer: PRODUCER,
             schema_url: ERROR_MESSAGE_SCHEMA,
             message: format!("{}: {}", report.outcome.as_str(), report.error.as_deref().unwrap_or("")),

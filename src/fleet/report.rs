@@ -11,7 +11,7 @@ use crate::exit::{self, SOME_FAILED};
 /// How an organization's sync ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum SyncOutcome {
     Completed,
     /// Stopped by its budget (`--max-requests-per-org`, `--max-duration`); resumes next run.
     Incomplete,
@@ -20,13 +20,13 @@ pub enum Outcome {
     Interrupted,
 }
 
-impl Outcome {
+impl SyncOutcome {
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Completed => "completed",
-            Outcome::Incomplete => "incomplete",
-            Outcome::Failed => "failed",
-            Outcome::Interrupted => "interrupted",
+            SyncOutcome::Completed => "completed",
+            SyncOutcome::Incomplete => "incomplete",
+            SyncOutcome::Failed => "failed",
+            SyncOutcome::Interrupted => "interrupted",
         }
     }
 }
@@ -65,7 +65,7 @@ impl ActionsOutcome {
 pub struct OrgReport {
     pub name: String,
     /// How its sync (extract, load, lake commit) ended.
-    pub outcome: Outcome,
+    pub outcome: SyncOutcome,
     /// Why the sync is incomplete, or what failed.
     pub error: Option<String>,
     /// The exit code this organization's run alone would have given (`run`'s codes): its sync's
@@ -83,7 +83,7 @@ pub struct OrgReport {
     pub actions_error: Option<String>,
     /// Rows of its reviewed file per outcome (`applied`, `in_doubt`, …).
     #[serde(default)]
-    pub actions_rows: BTreeMap<crate::action::Outcome, u64>,
+    pub actions_rows: BTreeMap<crate::action::RowOutcome, u64>,
     pub run_id: Option<String>,
     /// Applications in scope (completed syncs), a quick sync's kept ones included.
     pub applications: u64,
@@ -117,7 +117,7 @@ impl OrgReport {
 pub struct FleetReport {
     pub organizations: Vec<OrgReport>,
     /// Organizations per sync outcome.
-    pub outcomes: BTreeMap<Outcome, usize>,
+    pub outcomes: BTreeMap<SyncOutcome, usize>,
     /// Organizations per actions outcome (those with an actions stage).
     pub actions_outcomes: BTreeMap<ActionsOutcome, usize>,
     pub duration_ms: u64,
@@ -205,11 +205,11 @@ impl FleetReport {
 ///   was held by another process, else 1.
 pub fn exit_code(orgs: &[OrgReport]) -> u8 {
     let interrupted =
-        |o: &&OrgReport| o.outcome == Outcome::Interrupted || o.actions == Some(ActionsOutcome::Interrupted);
+        |o: &&OrgReport| o.outcome == SyncOutcome::Interrupted || o.actions == Some(ActionsOutcome::Interrupted);
     if orgs.iter().any(|o| interrupted(&o)) {
         return exit::INTERRUPTED;
     }
-    let failed: Vec<&OrgReport> = orgs.iter().filter(|o| o.outcome == Outcome::Failed).collect();
+    let failed: Vec<&OrgReport> = orgs.iter().filter(|o| o.outcome == SyncOutcome::Failed).collect();
     if failed.is_empty() {
         let held = orgs.iter().any(|o| matches!(o.actions, Some(ActionsOutcome::Held | ActionsOutcome::Failed)));
         return if held { exit::ACTIONS_FAILED } else { exit::OK };
@@ -227,7 +227,7 @@ pub fn exit_code(orgs: &[OrgReport]) -> u8 {
 
 impl OrgReport {
     /// The row of an organization whose sync has not done anything yet.
-    pub fn empty(name: String, outcome: Outcome, exit_code: u8, at: DateTime<Utc>) -> OrgReport {
+    pub fn empty(name: String, outcome: SyncOutcome, exit_code: u8, at: DateTime<Utc>) -> OrgReport {
         OrgReport {
             name,
             outcome,
@@ -258,14 +258,14 @@ impl OrgReport {
 mod tests {
     use super::*;
 
-    fn org(outcome: Outcome, exit_code: u8, actions: Option<ActionsOutcome>) -> OrgReport {
+    fn org(outcome: SyncOutcome, exit_code: u8, actions: Option<ActionsOutcome>) -> OrgReport {
         OrgReport { actions, ..OrgReport::empty("o".into(), outcome, exit_code, Utc::now()) }
     }
 
     #[test]
     fn the_fleet_exit_code() {
         use ActionsOutcome as A;
-        use Outcome::*;
+        use SyncOutcome::*;
         let cases: [(Vec<OrgReport>, u8); 11] = [
             (vec![org(Completed, 0, None), org(Incomplete, 130, None)], 0),
             (vec![org(Completed, 0, Some(A::Completed)), org(Completed, 130, Some(A::Incomplete))], 0),

@@ -27,7 +27,7 @@ use crate::{exit, Error};
 use super::batch::{BatchOptions, Batcher, OrgWarehouse};
 use super::job::Job;
 use super::observe::{Lineage, LineageEvent};
-use super::report::{ActionsOutcome, FleetReport, OrgReport, Outcome};
+use super::report::{ActionsOutcome, FleetReport, OrgReport, SyncOutcome};
 use super::status::{read_status, write_status};
 
 /// What the whole fleet run was asked for.
@@ -110,7 +110,7 @@ pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: CancellationToken) 
         .map(|(r, name)| {
             r.unwrap_or_else(|| OrgReport {
                 error: Some("its task ended without a report (a bug): see the log".into()),
-                ..OrgReport::empty(name, Outcome::Failed, exit::FAILED, now)
+                ..OrgReport::empty(name, SyncOutcome::Failed, exit::FAILED, now)
             })
         })
         .collect();
@@ -227,7 +227,7 @@ async fn run_org(
     let started = Instant::now();
     let started_at = Utc::now();
     let org_out = job.sync.extract.out.root().to_path_buf();
-    let fleet_warehouse = options.batches.as_ref().map(|_| options.out.join("warehouse.duckdb"));
+    let fleet_warehouse = options.batches.as_ref().map(|_| OutDir::new(&options.out).warehouse());
     let lineage = options.lineage.as_ref().map(|sink| (sink, LineageEvent::new(&job, fleet_warehouse.as_deref())));
     if let Some((sink, event)) = &lineage {
         sink.emit(&event.start(started_at)).await;
@@ -286,7 +286,7 @@ async fn run_org(
     let stop_cause = cause.get().copied().or_else(|| global.is_cancelled().then_some(StopCause::Signal));
     // The sync is over: this ends the organization's watcher of its requests in flight.
     org_stop.cancel();
-    let mut report = OrgReport::empty(job.name.clone(), Outcome::Completed, exit::OK, started_at);
+    let mut report = OrgReport::empty(job.name.clone(), SyncOutcome::Completed, exit::OK, started_at);
     report.finished_at = Utc::now();
     report.duration_ms = started.elapsed().as_millis() as u64;
     if let Some(client) = &client {
@@ -312,12 +312,12 @@ async fn run_org(
             let code = e.exit_code();
             report.exit_code = code;
             report.error = Some(e.recorded());
-            report.outcome = Outcome::Failed;
+            report.outcome = SyncOutcome::Failed;
             if code == exit::INTERRUPTED {
                 match stop_of(stop_cause, spent_budget(&e), options, "the next run resumes") {
-                    Stop::Signal => report.outcome = Outcome::Interrupted,
+                    Stop::Signal => report.outcome = SyncOutcome::Interrupted,
                     Stop::Budget(why) => {
-                        report.outcome = Outcome::Incomplete;
+                        report.outcome = SyncOutcome::Incomplete;
                         report.error = Some(why);
                     }
                     Stop::Unknown => {}
@@ -326,7 +326,7 @@ async fn run_org(
         }
     }
     report.resumable =
-        report.outcome != Outcome::Completed && crate::extract::unfinished_run(&job.sync.extract.out).is_some();
+        report.outcome != SyncOutcome::Completed && crate::extract::unfinished_run(&job.sync.extract.out).is_some();
     match &lock {
         Some(_) => write_status(&org_out, &mut report),
         None => report.last_success_at = read_status(&org_out).0.last_success_at,

@@ -7,13 +7,14 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::report::{ActionsOutcome, OrgReport, Outcome};
+use super::report::{ActionsOutcome, OrgReport, SyncOutcome};
+use crate::out::OutDir;
 
 /// What `fleet status` and the next run read about an organization's last syncs.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct OrgStatus {
     pub last_run_at: Option<DateTime<Utc>>,
-    pub last_outcome: Option<Outcome>,
+    pub last_outcome: Option<SyncOutcome>,
     /// How the last run's actions stage ended, when it had one.
     #[serde(default)]
     pub last_actions: Option<ActionsOutcome>,
@@ -27,12 +28,12 @@ pub struct OrgStatus {
 
 /// An organization's directory under the fleet's `--out`.
 pub fn org_dir(out: &Path, name: &str) -> PathBuf {
-    out.join("orgs").join(name)
+    OutDir::new(out).org(name).root().to_path_buf()
 }
 
 /// The organization's status file, `OUT/orgs/<name>/state/fleet-status.json`.
 pub fn status_path(org_out: &Path) -> PathBuf {
-    org_out.join("state").join("fleet-status.json")
+    OutDir::new(org_out).fleet_status_file()
 }
 
 /// An organization's status file: the empty status when it never ran. When the file cannot be
@@ -96,7 +97,7 @@ pub(super) fn write_status(org_out: &Path, report: &mut OrgReport) {
     st.last_outcome = Some(report.outcome);
     st.last_actions = report.actions;
     match report.outcome {
-        Outcome::Completed => {
+        SyncOutcome::Completed => {
             st.last_success_at = Some(report.finished_at);
             st.last_success_run_id.clone_from(&report.run_id);
         }
@@ -114,7 +115,7 @@ pub(super) fn write_status(org_out: &Path, report: &mut OrgReport) {
 
 /// This run's success time, when its sync completed.
 fn success_of(report: &OrgReport) -> Option<DateTime<Utc>> {
-    (report.outcome == Outcome::Completed).then_some(report.finished_at)
+    (report.outcome == SyncOutcome::Completed).then_some(report.finished_at)
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::{DeltaTable, DeltaTableError};
 use serde::Serialize;
 
-use super::{warehouse, LoadError};
+use super::{catalog, warehouse, LoadError};
 use crate::api::RetryPolicy;
 use crate::out::{io_err, OutDir};
 
@@ -144,32 +144,13 @@ impl LakeReport {
     }
 }
 
-/// Every table of the lake that `query --lake` reads, in commit order: `runs` last, as the
-/// completion marker.
-pub fn tables() -> Vec<&'static str> {
-    let mut t = warehouse::exported_tables();
-    t.extend(["action_results", "runs"]);
-    t
-}
-
 /// The action journal's lake table: what was sent, per organization, so that a run on a fresh
 /// `--out` restores it and sends nothing twice (the restore of [`crate::sync`]).
-pub const JOURNAL: &str = "action_journal";
+pub const JOURNAL: &str = catalog::JOURNAL;
 
-/// Every table a load commits, in commit order: the journal first (after an actions stage, what
-/// was sent reaches the lake before anything else), then [`tables`], `runs` last.
-pub fn committed_tables() -> Vec<&'static str> {
-    let mut t = vec![JOURNAL];
-    t.extend(tables());
-    t
-}
-
-/// Partition columns of a table in the lake.
-pub fn partition_columns(table: &str) -> &'static [&'static str] {
-    match table {
-        "content_daily" | "wow_deltas" => &["organization", "year"],
-        _ => &["organization"],
-    }
+/// Partition columns of a table in the lake (the catalog's).
+pub fn partition_columns(table: &str) -> Vec<&'static str> {
+    catalog::table(table).map_or_else(|| vec![catalog::ORGANIZATION], |t| t.partitions())
 }
 
 /// A valid organization slug: lowercase letters, digits, `-` and `_`, starting with a letter or
@@ -300,7 +281,14 @@ fn merged_schema(table: &str, current: &StructType, staged: &StructType) -> Resu
                 field.data_type()
             )))
             }
-            None => added.push(StructField { nullable: true, ..field.clone() }),
+            // A column the catalog has (a newer creator-etl's) is added; any other is a bug.
+            None if lake_column(table, field.name()) => added.push(StructField { nullable: true, ..field.clone() }),
+            None => {
+                return Err(LoadError::Bug(format!(
+                    "a load staged the column `{}` for the lake's `{table}`, which the table catalog does not have",
+                    field.name()
+                )))
+            }
         }
     }
     if added.is_empty() && !relaxed {
@@ -308,6 +296,12 @@ fn merged_schema(table: &str, current: &StructType, staged: &StructType) -> Resu
     }
     let fields = current.fields().map(|f| StructField { nullable: f.nullable || relax(f), ..f.clone() }).chain(added);
     StructType::try_new(fields).map(Some).map_err(|e| LoadError::Lake(format!("merge the schema of `{table}`: {e}")))
+}
+
+/// Whether the lake's `table` has the column `name` in the catalog (its own columns, and its
+/// partition columns).
+fn lake_column(table: &str, name: &str) -> bool {
+    partition_columns(table).contains(&name) || catalog::table(table).is_some_and(|t| t.column(name).is_some())
 }
 
 /// The organizations' files in a snapshot: what an overwrite of their rows removes.
@@ -534,10 +528,10 @@ mod tests {
 
     #[test]
     fn runs_is_committed_last_and_every_table_is_partitioned_by_organization() {
-        let t = tables();
+        let t = catalog::lake_tables();
         assert_eq!(t.last(), Some(&"runs"), "the completion marker goes last");
         assert_eq!(t.len(), 9, "{t:?}");
-        let committed = committed_tables();
+        let committed = catalog::committed_tables();
         assert_eq!(committed.last(), Some(&"runs"), "the completion marker goes last");
         assert_eq!(committed.len(), 10, "the journal too: {committed:?}");
         assert_eq!(committed[0], JOURNAL, "what was sent is committed first");

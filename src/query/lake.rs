@@ -31,7 +31,8 @@ use deltalake::DeltaTable;
 use futures_util::{StreamExt, TryStreamExt};
 
 use super::QueryError;
-use crate::load::lake::{partition_columns, tables};
+use crate::load::catalog;
+use crate::load::lake::partition_columns;
 
 /// Cached files that no snapshot names are kept this long, for a query that resolved an
 /// older snapshot just before.
@@ -132,7 +133,7 @@ impl Snapshot {
         }
         // The warehouse's own views over those tables, per organization.
         if !matches!(rows, Rows::Every) {
-            sql.push_str(crate::load::warehouse::VIEWS);
+            sql.push_str(crate::load::catalog::VIEWS_SQL);
         }
         sql
     }
@@ -170,7 +171,7 @@ fn duckdb_type(t: &deltalake::arrow::datatypes::DataType) -> &'static str {
 /// Resolves every table's current snapshot to local files: in place for `file://`, fetched into
 /// the cache for object storage.
 pub async fn resolve(source: &LakeSource) -> Result<Snapshot, QueryError> {
-    resolve_tables(source, &tables(), false).await
+    resolve_tables(source, &catalog::lake_tables(), false).await
 }
 
 /// Resolves the named tables like [`resolve`]. With `missing_ok`, a table the lake does not hold
@@ -364,7 +365,7 @@ fn schema_file(cache: &Path, table: &str, schema: &deltalake::arrow::datatypes::
     writer.finish().map_err(|e| lake_err(table, e))?;
     let mut path = cache.join("schema").join(table);
     for column in partitions {
-        path.push(if *column == "year" { "year=0".to_owned() } else { format!("{column}=__schema__") });
+        path.push(if column == "year" { "year=0".to_owned() } else { format!("{column}=__schema__") });
     }
     let path = path.join("schema.parquet");
     crate::out::write_atomic(&path, writer.inner()).map_err(|e| cache_err(table, e))?;

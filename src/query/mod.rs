@@ -86,7 +86,7 @@ pub enum Format {
 /// What a query reads.
 #[derive(Clone, Debug)]
 pub enum Source {
-    /// A DuckDB warehouse file, opened read-only. A fleet warehouse ([`crate::load::fleet`])
+    /// A DuckDB warehouse file, opened read-only. A fleet warehouse ([`crate::load::fleet_warehouse`])
     /// is read like the lake: with `org`, only that organization's rows, with one
     /// organization's columns.
     Warehouse { path: PathBuf, org: Option<String> },
@@ -211,7 +211,7 @@ impl Reader {
         match source {
             Source::Warehouse { path, .. } => {
                 let conn = open_warehouse(path)?;
-                if !crate::load::fleet::is_fleet(&conn).map_err(|e| QueryError::Db(e.to_string()))? {
+                if !crate::load::warehouse::is_fleet(&conn).map_err(|e| QueryError::Db(e.to_string()))? {
                     return Ok(Reader::Own(conn));
                 }
                 let holds = fleet_organizations(&conn)?;
@@ -230,7 +230,8 @@ impl Reader {
     /// `holds`, which have no data yet.
     pub fn nothing(holds: Vec<String>) -> Result<Reader, QueryError> {
         let conn = duckdb::Connection::open_in_memory().map_err(db)?;
-        crate::load::warehouse::migrate(&conn).map_err(|e| QueryError::Db(e.to_string()))?;
+        crate::load::warehouse::migrate(&conn, crate::load::catalog::Shape::One)
+            .map_err(|e| QueryError::Db(e.to_string()))?;
         Ok(Reader::Nothing { conn, holds })
     }
 
@@ -318,7 +319,7 @@ fn pick_organization(
 /// The organizations a fleet warehouse holds rows of.
 fn fleet_organizations(conn: &duckdb::Connection) -> Result<Vec<String>, QueryError> {
     let union: Vec<String> =
-        crate::load::fleet::tables().iter().map(|t| format!("SELECT DISTINCT organization FROM {t}")).collect();
+        crate::load::catalog::fleet_tables().iter().map(|t| format!("SELECT DISTINCT organization FROM {t}")).collect();
     let mut stmt = conn.prepare(&format!("{} ORDER BY 1", union.join(" UNION "))).map_err(db)?;
     let orgs = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(db)?;
     orgs.collect::<Result<Vec<_>, _>>().map_err(db)
@@ -332,12 +333,12 @@ fn fleet_views(path: &Path, rows: Rows<'_>) -> Result<duckdb::Connection, QueryE
     let conn = duckdb::Connection::open_in_memory().map_err(db)?;
     crate::load::warehouse::no_downloads(&conn).map_err(db)?;
     let mut sql = format!("ATTACH {} AS fleet (READ_ONLY);\n", sql_literal(&path.display().to_string()));
-    for t in crate::load::fleet::tables() {
+    for t in crate::load::catalog::fleet_tables() {
         let select = crate::load::warehouse::organization_select(&format!("fleet.{t}"), rows, &["organization"]);
         sql.push_str(&format!("CREATE VIEW {t} AS {select};\n"));
     }
     if !matches!(rows, Rows::Every) {
-        sql.push_str(crate::load::warehouse::VIEWS);
+        sql.push_str(crate::load::catalog::VIEWS_SQL);
     }
     conn.execute_batch(&sql).map_err(db)?;
     Ok(conn)

@@ -211,7 +211,7 @@ fn frame<'a, 'b>(
     let label = |v: &f64| {
         let i = v.round();
         if (v - i).abs() < 1e-6 && i >= 0.0 {
-            labels.get(i as usize).cloned().unwrap_or_default()
+            labels.get(i as usize).map_or_else(String::new, String::clone)
         } else {
             String::new()
         }

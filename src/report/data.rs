@@ -8,6 +8,7 @@ use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::rows::RunHealth;
 use crate::query::{self, Format, QueryConfig, QueryError, Source};
 
 /// One row of a named query, as `creator-etl query NAME --format json` prints it.
@@ -86,35 +87,6 @@ impl Answers {
     pub fn param(&self, name: &str, key: &str) -> &str {
         self.0.get(name).and_then(|a| a.params.get(key)).map_or("", String::as_str)
     }
-}
-
-pub fn num(row: &Row, key: &str) -> Option<f64> {
-    row.get(key)?.as_f64()
-}
-
-pub fn int(row: &Row, key: &str) -> Option<i64> {
-    let v = row.get(key)?;
-    v.as_i64().or_else(|| v.as_f64().map(|f| f.round() as i64))
-}
-
-pub fn text<'a>(row: &'a Row, key: &str) -> Option<&'a str> {
-    row.get(key)?.as_str()
-}
-
-pub fn flag(row: &Row, key: &str) -> Option<bool> {
-    row.get(key)?.as_bool()
-}
-
-pub fn date(row: &Row, key: &str) -> Option<NaiveDate> {
-    NaiveDate::parse_from_str(text(row, key)?.get(..10)?, "%Y-%m-%d").ok()
-}
-
-pub fn time(row: &Row, key: &str) -> Option<DateTime<Utc>> {
-    let t = text(row, key)?;
-    DateTime::parse_from_rfc3339(t)
-        .or_else(|_| DateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S%.f%:z"))
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
 }
 
 /// How the organization's data stands, shown at the top of its page. Ordered worst first.
@@ -218,15 +190,14 @@ impl Health {
     /// page, the others follow as notes); `running`: who holds the output directory's lock now
     /// (another process), if anyone.
     pub fn of(
-        answers: &Answers,
+        runs: &[RunHealth],
         problems: &[RunProblem],
         running: Option<&str>,
         now: DateTime<Utc>,
         stale_after: std::time::Duration,
     ) -> Health {
-        let runs = answers.rows("run_health");
         let last = runs.first();
-        let last_synced_at = last.and_then(|r| time(r, "finished_at"));
+        let last_synced_at = last.and_then(|r| r.finished_at);
         let mut notes = vec![];
         // The worst problem heads the page, the newest of those (one with no time counts as
         // newest); the others are said below it.
@@ -237,24 +208,24 @@ impl Health {
             None => (None, &[][..]),
         };
         for p in others {
-            notes.push(format!("Also: {}{}.", p.what, p.at.map(|t| format!(" ({})", stamp(t))).unwrap_or_default()));
+            notes.push(format!("Also: {}{}.", p.what, at(p.at)));
         }
         if let Some(r) = last {
-            if let Some(w) = int(r, "warnings").filter(|w| *w > 0) {
+            if let Some(w) = r.warnings.filter(|w| *w > 0) {
                 notes.push(format!("The last loaded run reported {w} warning{}.", plural(w)));
             }
-            if flag(r, "counts_agree") == Some(false) {
+            if r.counts_agree == Some(false) {
                 notes.push(
                     "The last loaded run's counts did not all agree with the service's totals; a full sync reconciles them."
                         .into(),
                 );
             }
-            if let Some(n) = int(r, "rate_limited").filter(|n| *n > 0) {
+            if let Some(n) = r.rate_limited.filter(|n| *n > 0) {
                 notes.push(format!("The last loaded run was answered 429 (rate limited) {n} time{}.", plural(n)));
             }
         }
-        let completed = last.and_then(|r| text(r, "status")).is_none_or(|s| s == "completed" || s == "loaded");
-        let age = last_synced_at.map(|t| (now - t).to_std().unwrap_or_default());
+        let completed = last.is_none_or(|r| r.status == "completed" || r.status == "loaded");
+        let age = last_synced_at.map(|t| since(now, t));
         let (state, headline) = match (first, last_synced_at) {
             (Some(p), _) => {
                 let state = p.kind.state();
@@ -268,7 +239,7 @@ impl Health {
                     format!(
                         "{word}: {}{}. {}",
                         p.what,
-                        p.at.map(|t| format!(" ({})", stamp(t))).unwrap_or_default(),
+                        at(p.at),
                         match last_synced_at {
                             Some(t) => format!("The data below is from the sync that finished {}.", stamp(t)),
                             None => "Nothing has been loaded yet.".into(),
@@ -278,18 +249,15 @@ impl Health {
             }
             (None, _) if !completed => (
                 HealthState::Failed,
-                format!(
-                    "Failed: the last loaded run ended `{}`.",
-                    last.and_then(|r| text(r, "status")).unwrap_or_default()
-                ),
+                format!("Failed: the last loaded run ended `{}`.", last.map_or("", |r| r.status.as_str())),
             ),
             (None, None) => (
                 HealthState::Never,
                 "Never synced: no run has been loaded yet, so there is nothing to show. Run `creator-etl run`.".into(),
             ),
             (None, Some(t)) => {
-                let age = (now - t).to_std().unwrap_or_default();
-                let mode = last.and_then(|r| text(r, "sync_mode")).unwrap_or("full");
+                let age = since(now, t);
+                let mode = last.map_or("full", RunHealth::mode);
                 if age > stale_after {
                     (
                         HealthState::Stale,
@@ -339,6 +307,16 @@ impl Health {
     }
 }
 
+/// ` (TIME)`, when a problem's time is known.
+fn at(t: Option<DateTime<Utc>>) -> String {
+    t.map_or_else(String::new, |t| format!(" ({})", stamp(t)))
+}
+
+/// How long before `now` a time was; nothing for a time after it (a clock set back).
+fn since(now: DateTime<Utc>, t: DateTime<Utc>) -> std::time::Duration {
+    (now - t).to_std().unwrap_or(std::time::Duration::ZERO)
+}
+
 fn plural(n: i64) -> &'static str {
     if n == 1 {
         ""
@@ -374,11 +352,11 @@ pub fn iso_week(start: NaiveDate) -> String {
 mod tests {
     use super::*;
 
-    fn answers(runs: Vec<Value>) -> Answers {
+    fn answers(runs: Vec<Value>) -> Vec<RunHealth> {
         let rows = runs.into_iter().map(|v| v.as_object().unwrap().clone()).collect();
         let mut a = Answers::default();
         a.0.insert("run_health", Answer { params: BTreeMap::new(), aggregate: None, rows });
-        a
+        super::super::rows::Typed::of(&a).unwrap().run_health
     }
 
     #[test]
@@ -386,8 +364,10 @@ mod tests {
         let now: DateTime<Utc> = "2026-11-25T12:00:00Z".parse().unwrap();
         let day = std::time::Duration::from_secs(26 * 3600);
         let run = |at: &str, status: &str| {
-            serde_json::json!({"run_id": "r1", "finished_at": at, "status": status, "sync_mode": "quick",
-                               "warnings": 2, "counts_agree": false, "rate_limited": 0})
+            serde_json::json!({"run_id": "r1", "started_at": null, "finished_at": at, "status": status,
+                               "duration_s": 1.0, "requests": 7, "retries": 0, "rate_limited": 0, "pacing_wait_s": 0.0,
+                               "status_changes": 0, "warnings": 2, "parquet_exported": true, "sync_mode": "quick",
+                               "pages_verified": 3, "counts_agree": false, "last_reconcile_at": null})
         };
         let h = Health::of(&answers(vec![run("2026-11-25T09:59:59.5+00:00", "completed")]), &[], None, now, day);
         assert_eq!(h.state, HealthState::Fresh);

@@ -14,6 +14,7 @@
 mod charts;
 mod data;
 mod page;
+mod rows;
 mod runs;
 
 use std::collections::BTreeMap;
@@ -67,9 +68,9 @@ impl ReportConfig {
     /// the demo), which recorded how it ended in the stage ledger first.
     pub fn after_sync(out: &OutDir) -> Self {
         ReportConfig {
-            source: Source::Warehouse { path: out.root().join("warehouse.duckdb"), org: None },
+            source: Source::Warehouse { path: out.warehouse(), org: None },
             org: None,
-            dir: out.root().join("report"),
+            dir: out.report_dir(),
             state: RunState::Own { out: out.clone(), locked_here: true },
             stale_after: DEFAULT_STALE_AFTER,
         }
@@ -105,16 +106,17 @@ pub async fn write(config: ReportConfig) -> Result<ReportSummary, Error> {
         (Source::Warehouse { path, .. }, RunState::Fleet(out)) if !path.exists() && !fleet_members(out).is_empty() => {
             // Its writer's file is made before the first load: only one that holds no rows
             // means nothing was loaded (one that holds rows is loaded, not yet published).
-            let writer = out.join("state").join("warehouse.duckdb");
+            let writer = OutDir::new(out).writer_warehouse();
             let empty = || async {
                 let source = Source::Warehouse { path: writer.clone(), org: None };
                 Reader::open(&source).await.ok().is_some_and(|r| r.holds().is_some_and(|h| h.is_empty()))
             };
             if writer.exists() && !empty().await {
                 return Err(Error::Config(vec![format!(
-                    "the fleet warehouse `{}` is not published yet (its writer's file `state/warehouse.duckdb` is there): \
+                    "the fleet warehouse `{}` is not published yet (its writer's file `{}` is there): \
                      the next `fleet run` publishes it; `creator-etl fleet status` shows each organization meanwhile",
-                    path.display()
+                    path.display(),
+                    writer.display()
                 )]));
             }
             Reader::nothing(vec![])?
@@ -162,7 +164,7 @@ fn pages(reader: &Reader, config: &ReportConfig) -> Result<Pages, QueryError> {
 /// a fleet run has tried, whether or not it has rows yet.
 fn fleet_members(out: &Path) -> Vec<String> {
     let mut names = vec![];
-    for entry in std::fs::read_dir(out.join("orgs")).into_iter().flatten().flatten() {
+    for entry in std::fs::read_dir(OutDir::new(out).orgs_dir()).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if crate::load::lake::valid_org(&name) && crate::fleet::status::status_path(&entry.path()).is_file() {
             names.push(name);
@@ -206,13 +208,15 @@ fn org_page(
     // What the output directory says is read around the data (see [`runs::look`]).
     let look = runs::look(&config.state, org);
     let answers = data::Answers::ask(conn.select(org)?, &config.source)?;
-    let found = runs::findings(look, &answers);
-    let health = Health::of(&answers, &found.problems, found.running.as_deref(), now, config.stale_after);
+    let rows = rows::Typed::of(&answers)?;
+    let found = runs::findings(look, &rows.run_health);
+    let health = Health::of(&rows.run_health, &found.problems, found.running.as_deref(), now, config.stale_after);
     let built = page::org_page(&page::OrgPage {
         organization: org,
         source,
         generated_at: now,
         answers: &answers,
+        rows: &rows,
         health: &health,
         overview,
     });
@@ -233,7 +237,7 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
     let source = match (reader, &config.state) {
         (Reader::Nothing { .. }, RunState::Fleet(out)) => format!(
             "no fleet warehouse yet: the organizations' fleet status files under {}",
-            out.join("orgs").display()
+            OutDir::new(out).orgs_dir().display()
         ),
         _ => describe(&config.source),
     };

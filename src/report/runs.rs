@@ -25,6 +25,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::data::{self, ProblemKind, RunProblem};
+use super::rows::RunHealth;
 use super::RunState;
 use crate::out::{holder_pid, Holder, OutDir};
 use crate::sync::stages::{self, Stage, StageEntry, StageState, Stages};
@@ -91,12 +92,11 @@ fn probe(out: &OutDir, ledger: Option<&Stages>) -> Holder {
 }
 
 /// What the look and the data say together.
-pub(super) fn findings(look: Option<Look>, answers: &data::Answers) -> Findings {
+pub(super) fn findings(look: Option<Look>, runs: &[RunHealth]) -> Findings {
     let Some(look) = look else { return Findings::default() };
-    let runs = answers.rows("run_health");
-    let loaded_at = runs.first().and_then(|r| data::time(r, "finished_at"));
+    let loaded_at = runs.first().and_then(|r| r.finished_at);
     let newer = |at: DateTime<Utc>| loaded_at.is_none_or(|l| at > l);
-    let loaded: Vec<&str> = runs.iter().filter_map(|r| data::text(r, "run_id")).collect();
+    let loaded: Vec<&str> = runs.iter().map(|r| r.run_id.as_str()).collect();
     let mut found = Findings::default();
     found.problems.extend(fleet_failure(look.out.root(), newer));
     found.problems.extend(ledger_problems(&look, &loaded));
@@ -160,7 +160,7 @@ fn ledger_problems(look: &Look, loaded: &[&str]) -> Vec<RunProblem> {
                     what: format!(
                         "{command} {how} in its {} stage: {}{}; {hint} redoes it",
                         stage.as_str(),
-                        super::shorten(entry.error.as_deref().unwrap_or("no message was recorded")),
+                        super::shorten(entry.error.as_deref().map_or("no message was recorded", |e| e)),
                         if missed.is_empty() { String::new() } else { format!("; it did not reach {}", list(missed)) },
                     ),
                 });
@@ -185,7 +185,7 @@ fn ledger_problems(look: &Look, loaded: &[&str]) -> Vec<RunProblem> {
                 what: format!(
                     "the {} stage: {}; {hint} redoes it",
                     stage.as_str(),
-                    entry.error.as_deref().unwrap_or("how it last ended is unknown")
+                    entry.error.as_deref().map_or("how it last ended is unknown", |e| e)
                 ),
             }),
             StageState::Pending => {
@@ -291,7 +291,7 @@ fn modified_at(path: &Path) -> Option<DateTime<Utc>> {
 /// may be in progress.
 fn raw_run_not_loaded(
     out: &OutDir,
-    loaded: &[data::Row],
+    loaded: &[RunHealth],
     newer: impl Fn(DateTime<Utc>) -> bool,
     unknown: bool,
 ) -> Option<RunProblem> {
@@ -323,7 +323,7 @@ fn raw_run_not_loaded(
         }
     }
     let id = runs::latest_complete_run(out)?;
-    if loaded.iter().any(|r| data::text(r, "run_id") == Some(id.as_str())) {
+    if loaded.iter().any(|r| r.run_id == id) {
         return None;
     }
     let at = runs::read_spec(out, &id).ok().map(|s| s.created_at)?;
@@ -337,12 +337,12 @@ fn raw_run_not_loaded(
 /// An organization's fleet status file (`OUT/orgs/NAME/state/fleet-status.json`), when its last
 /// run after the last load did not complete.
 fn fleet_failure(org_out: &Path, newer: impl Fn(DateTime<Utc>) -> bool) -> Option<RunProblem> {
-    use crate::fleet::report::Outcome;
+    use crate::fleet::report::SyncOutcome;
     let (status, problem) = crate::fleet::status::read_status(org_out);
     if let Some(problem) = problem {
         // What the last run did is unknown: say so, rather than guess.
         tracing::warn!(%problem, "an organization's fleet status cannot be read");
-        if status.last_outcome.is_none_or(|o| o != Outcome::Completed) {
+        if status.last_outcome.is_none_or(|o| o != SyncOutcome::Completed) {
             // When: the run it recorded, or else when the file was last written.
             let written = modified_at(&crate::fleet::status::status_path(org_out));
             let at = status.last_run_at.or(written);
@@ -353,15 +353,15 @@ fn fleet_failure(org_out: &Path, newer: impl Fn(DateTime<Utc>) -> bool) -> Optio
             });
         }
     }
-    let outcome = status.last_outcome.filter(|o| *o != Outcome::Completed)?;
+    let outcome = status.last_outcome.filter(|o| *o != SyncOutcome::Completed)?;
     let at = status.last_error_at.or(status.last_run_at);
     if !at.is_none_or(newer) {
         return None;
     }
-    let error = super::shorten(&status.last_error.unwrap_or_default());
+    let error = status.last_error.as_deref().map_or_else(String::new, super::shorten);
     Some(RunProblem {
         kind: match outcome {
-            Outcome::Interrupted | Outcome::Incomplete => ProblemKind::Interrupted,
+            SyncOutcome::Interrupted | SyncOutcome::Incomplete => ProblemKind::Interrupted,
             _ => ProblemKind::Failed,
         },
         at,

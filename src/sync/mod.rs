@@ -218,7 +218,7 @@ pub async fn run(
             if let Some(lake) = lake.as_ref().filter(|_| begun.to_send() > 0) {
                 // The intents reach the lake before the first row is sent: a run on another
                 // `--out` then finds them even if this one dies with its `--out`.
-                let staged = out.root().join(".lake-intents");
+                let staged = out.lake_intents_dir();
                 let _ = std::fs::remove_dir_all(&staged);
                 begun.with_intents(&action_config, &reviewed, |conn| {
                     Ok(crate::load::lake::stage_table(conn, &lake.org, crate::load::lake::JOURNAL, &staged)?)
@@ -253,7 +253,7 @@ pub async fn run(
     match (&lake, shared) {
         (Some(lake), None) => {
             let _held = permit().await;
-            loaded.lake = Some(push_to_lake(&out, lake, &crate::load::lake::committed_tables(), None).await?);
+            loaded.lake = Some(push_to_lake(&out, lake, &crate::load::catalog::committed_tables(), None).await?);
         }
         (Some(lake), Some(w)) if actions.is_some() => {
             // The journal from the organization's own warehouse, then its actions' results and
@@ -298,7 +298,7 @@ pub(crate) async fn load_blocking(
     blocking("load", move || crate::load::run(&config, &run_id, report.as_ref())).await
 }
 
-/// Commits the organization's rows of `tables` (of [`crate::load::lake::committed_tables`], in
+/// Commits the organization's rows of `tables` (of [`crate::load::catalog::committed_tables`], in
 /// its order) from its warehouse in `out` to the lake ([`crate::load::lake`]), then those of
 /// `shared`'s tables from a shared warehouse: staged by DuckDB on a blocking thread (or the
 /// shared warehouse's), committed by delta-rs here.
@@ -308,7 +308,7 @@ pub async fn push_to_lake(
     tables: &[&'static str],
     shared: Option<(&dyn SharedWarehouse, &[&'static str])>,
 ) -> Result<crate::load::lake::LakeReport, Error> {
-    let staged = out.root().join(".lake-staging");
+    let staged = out.lake_staging_dir();
     let (o, org, dir, staged_tables) = (out.clone(), lake.org.clone(), staged.clone(), tables.to_vec());
     blocking("lake staging", move || crate::load::lake::stage(&o, &org, &dir, &staged_tables)).await?;
     let mut committed = tables.to_vec();

@@ -29,7 +29,7 @@ pub struct RestoreReport {
 /// DuckDB); none without one.
 fn local_run_ids(out: &crate::out::OutDir) -> Result<[BTreeSet<String>; 2], Error> {
     use crate::load::warehouse;
-    if !warehouse::writer_path(out).exists() && !warehouse::published_path(out).exists() {
+    if !out.writer_warehouse().exists() && !out.warehouse().exists() {
         return Ok(Default::default());
     }
     let conn = warehouse::open_writer(out)?;
@@ -96,7 +96,7 @@ pub async fn restore_from_lake(
     let o = out.clone();
     let [local_runs, local_journal] = blocking("restore check", move || local_run_ids(&o)).await?;
     let local_runs = known_runs.unwrap_or(local_runs);
-    let cache = out.root().join(".lake-restore");
+    let cache = out.lake_restore_dir();
     let source =
         LakeSource { url: lake.url.clone(), org: Some(lake.org.clone()), cache: cache.clone(), at_versions: None };
     let failed = |e: crate::query::QueryError| {
@@ -129,7 +129,7 @@ pub async fn restore_from_lake(
         })
         .await?;
     let (tables, why): (Vec<&'static str>, String) = if let Some(last) = unseen_runs.last() {
-        let mut tables = crate::load::lake::committed_tables();
+        let mut tables = crate::load::catalog::committed_tables();
         tables.retain(|t| !first.contains(t));
         let why = if !had_runs {
             "`--out` held no loaded run of the organization".to_owned()
@@ -215,13 +215,9 @@ fn restore_tables(out: &crate::out::OutDir, tables: &[crate::query::lake::TableF
             // warehouse's columns (of the schema they were written at).
             let source = format!("read_parquet([{}], union_by_name = true)", files.join(", "));
             let in_lake = columns(&format!("SELECT column_name FROM (DESCRIBE SELECT * FROM {source})"), t.table)?;
-            let in_warehouse = columns(
-                &format!(
-                    "SELECT column_name FROM information_schema.columns WHERE table_name = {} ORDER BY ordinal_position",
-                    quote(t.table)
-                ),
-                t.table,
-            )?;
+            let in_warehouse: Vec<String> = crate::load::catalog::table(t.table)
+                .map(|c| c.columns.iter().map(|c| c.name.to_owned()).collect())
+                .unwrap_or_default();
             let common: Vec<String> = in_warehouse.iter().filter(|c| in_lake.contains(c)).map(|c| ident(c)).collect();
             let list = common.join(", ");
             let rows = conn
@@ -231,18 +227,12 @@ fn restore_tables(out: &crate::out::OutDir, tables: &[crate::query::lake::TableF
             report.versions.insert(t.table.to_owned(), t.version);
         }
         // What the warehouse's migrations give rows written before their columns existed.
-        conn.execute_batch(
-            "UPDATE runs SET warnings = 0 WHERE warnings IS NULL;\n\
-             UPDATE runs SET sync_mode = 'full' WHERE sync_mode IS NULL;",
-        )
-        .map_err(|e| LoadError::db("restore `runs` from the lake", e))
+        conn.execute_batch(&crate::load::catalog::fills_sql(crate::load::catalog::Shape::One))
+            .map_err(|e| LoadError::db("restore from the lake what the migrations fill", e))
     };
-    conn.execute_batch("BEGIN TRANSACTION").map_err(|e| LoadError::db("restore from the lake", e))?;
-    if let Err(e) = insert(&mut report) {
-        let _ = conn.execute_batch("ROLLBACK");
-        return Err(e.into());
-    }
-    conn.execute_batch("COMMIT").map_err(|e| LoadError::db("restore from the lake", e))?;
+    let tx = conn.unchecked_transaction().map_err(|e| LoadError::db("restore from the lake", e))?;
+    insert(&mut report)?;
+    tx.commit().map_err(|e| LoadError::db("restore from the lake", e))?;
     warehouse::publish(conn, out)?;
     Ok(report)
 }

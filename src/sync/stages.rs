@@ -128,13 +128,13 @@ pub type Stages = BTreeMap<Stage, StageEntry>;
 
 /// The ledger's file in an output directory.
 pub fn ledger_path(out: &OutDir) -> PathBuf {
-    out.state_dir().join("stages.json")
+    out.stages_file()
 }
 
 /// How an earlier release recorded the last `run` (`OUT/state/last-run.json`): read once, when
 /// there is no ledger yet, so that a failure it recorded is not forgotten by an upgrade.
 fn legacy_path(out: &OutDir) -> PathBuf {
-    out.state_dir().join("last-run.json")
+    out.legacy_last_run_file()
 }
 
 /// Why the ledger could not be read.

@@ -67,7 +67,7 @@ pub const DEFAULT_COHORT_EDGES: [i64; 4] = [1, 5, 13, 31];
 pub const DEFAULT_COHORT_EDGES_FLAG: &str = "1,5,13,31";
 
 /// Every table the warehouse receives, by name.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Frames {
     pub applications: DataFrame,
     pub connected_accounts: DataFrame,
@@ -78,7 +78,7 @@ pub struct Frames {
 }
 
 impl Frames {
-    /// `(name, frame)` in load order, the order of `load::warehouse::TABLES`.
+    /// `(name, frame)` in load order, the order of the load's table catalog.
     pub fn tables(&self) -> [(&'static str, &DataFrame); 6] {
         [
             ("applications", &self.applications),

@@ -428,7 +428,7 @@ fn reviewed(rows: &[String]) -> creator_etl::action::Reviewed {
 /// taking effect; rows the service refuses are `failed`, never `in_doubt`.
 #[test]
 fn lost_answers_at_a_high_rate_still_apply_each_row_once() {
-    use creator_etl::action::{journal::Scope, ActionConfig, Outcome};
+    use creator_etl::action::{journal::Scope, ActionConfig, RowOutcome};
     use creator_etl::emulator::Fault;
 
     let mut cfg = EmulatorConfig::for_tests(20);
@@ -467,7 +467,7 @@ fn lost_answers_at_a_high_rate_still_apply_each_row_once() {
     assert!(lost >= 5, "the fault was exercised: {lost} answers lost");
     let n = report.rows.len();
     for (i, r) in report.rows.iter().enumerate() {
-        let want = if i >= n - 2 { Outcome::Failed } else { Outcome::Applied };
+        let want = if i >= n - 2 { RowOutcome::Failed } else { RowOutcome::Applied };
         assert_eq!(r.outcome, want, "line {}: {r:?}", r.line);
     }
     for s in sales.iter().take(12) {

@@ -160,3 +160,95 @@ fn the_checker_sees_grouped_and_nested_paths() {
     assert!(crate_paths("use creator_etl::cli::Cli;").is_empty());
     assert_eq!(first_segment(" load::lake"), "load");
 }
+
+/// The load stage's components, bottom to top (`src/load/<name>.rs` or `src/load/<name>/`): a
+/// component uses only those below it (through `super::…` or `crate::load::…`), so no two of
+/// them import each other, directly or round a circle. `mod.rs`, the stage's entry, uses them
+/// all; its own items (the error, the config) are every component's.
+const LOAD_LAYERS: &[&[&str]] = &[
+    // Every table, declared once.
+    &["catalog"],
+    // The DuckDB files, their schema, reading values back.
+    &["warehouse"],
+    // The previous state merged and transformed; the Parquet tree.
+    &["prepare", "parquet"],
+    // The one commit of a batch (one organization's load is a batch of one).
+    &["commit"],
+    // The shared lake.
+    &["lake"],
+    // The fleet warehouse, loaded in batches through the commit.
+    &["fleet_warehouse"],
+];
+
+/// Every use of a sibling component by a component of `src/load/`: (component, file, line, used).
+fn load_uses() -> Vec<(String, String, usize, String)> {
+    let load = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join("load");
+    let components: Vec<&str> = LOAD_LAYERS.iter().flat_map(|l| l.iter().copied()).collect();
+    let mut files = vec![];
+    rust_files(&load, &mut files);
+    files.sort();
+    let mut all = vec![];
+    for file in files {
+        let rel = file.strip_prefix(&load).unwrap();
+        let component =
+            rel.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_owned();
+        if component == "mod" {
+            continue;
+        }
+        // `super::` from `load/x.rs` is the load module; from `load/x/y.rs`, `super::super::` is.
+        let depth = rel.components().count();
+        let parent = "super::".repeat(depth);
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for prefix in [parent.as_str(), "crate::load::"] {
+                let mut rest = code;
+                while let Some(at) = rest.find(prefix) {
+                    // `super::super::x` read from a nested file is not `super::x`.
+                    let before = &rest[..at];
+                    rest = &rest[at + prefix.len()..];
+                    if prefix.starts_with("super") && before.ends_with("super::") {
+                        continue;
+                    }
+                    let names: Vec<String> = match rest.strip_prefix('{') {
+                        Some(group) => group.split('}').next().unwrap_or("").split(',').map(first_segment).collect(),
+                        None => vec![first_segment(rest)],
+                    };
+                    for name in names {
+                        if components.contains(&name.as_str()) && name != component {
+                            all.push((component.clone(), file.display().to_string(), i + 1, name));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    all
+}
+
+#[test]
+fn the_load_components_use_only_those_below_them() {
+    let layer = |c: &str| LOAD_LAYERS.iter().position(|l| l.contains(&c));
+    let mut problems = vec![];
+    for (component, file, line, used) in load_uses() {
+        match (layer(&component), layer(&used)) {
+            (Some(from), Some(to)) if to < from => {}
+            (Some(_), Some(_)) => problems.push(format!(
+                "{file}:{line}: `load::{component}` uses `load::{used}`, which is not below it (LOAD_LAYERS)"
+            )),
+            _ => problems.push(format!("{file}:{line}: `load::{component}` is in no layer: add it to LOAD_LAYERS")),
+        }
+    }
+    let load = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join("load");
+    for entry in std::fs::read_dir(&load).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let component = name.trim_end_matches(".rs");
+        let code = entry.path().is_dir() || name.ends_with(".rs");
+        if code && component != "mod" && layer(component).is_none() {
+            problems.push(format!("`src/load/{name}` is in no layer: add it to LOAD_LAYERS"));
+        }
+    }
+    let seen: std::collections::BTreeSet<String> = load_uses().into_iter().map(|(c, ..)| c).collect();
+    assert!(seen.contains("fleet_warehouse") && seen.contains("commit"), "the checker reads the components: {seen:?}");
+    assert!(problems.is_empty(), "the load layer's order is broken:\n{}", problems.join("\n"));
+}

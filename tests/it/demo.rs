@@ -181,7 +181,7 @@ fn notebooks_run_top_to_bottom_against_a_lake_of_two_organizations() {
         .output()
         .unwrap();
     let tables: Vec<String> = serde_json::from_slice(o.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
-    assert_eq!(tables, creator_etl::load::lake::tables());
+    assert_eq!(tables, creator_etl::load::catalog::lake_tables());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("the lake holds 2 organizations (demo, other)"), "{stderr}");
 }

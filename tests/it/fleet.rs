@@ -1036,7 +1036,7 @@ fn a_fleet_warehouse_holds_every_organization_exactly() {
 /// warehouse's rows.
 fn assert_parquet_matches_warehouse(dir: &Path) {
     let c = db(&dir.join("out"));
-    for table in creator_etl::load::warehouse::exported_tables() {
+    for table in creator_etl::load::catalog::exported() {
         let files = dir.join("out/parquet").join(table).join("**/*.parquet").display().to_string();
         let differ = format!(
             "SELECT count(*) FROM ((SELECT organization, count(*) FROM read_parquet('{files}', hive_partitioning = true) GROUP BY 1 \

@@ -32,7 +32,7 @@ os._exit(0)
 "#;
 
 fn read_lake(lake: &str, envs: &[(String, String)]) -> serde_json::Value {
-    let tables = creator_etl::load::lake::tables().join(",");
+    let tables = creator_etl::load::catalog::lake_tables().join(",");
     let o = Command::new(crate::demo::notebook_python())
         .args(["-c", READ_LAKE, lake, &tables])
         .envs(envs.iter().map(|(k, v)| (k, v)))
@@ -61,7 +61,7 @@ fn spawn_load(out: &Path, lake: &str, org: &str, envs: &[(String, String)]) -> C
 /// Rows per table in an organization's own DuckDB warehouse: what the lake must hold for it.
 fn warehouse_rows(out: &Path) -> std::collections::BTreeMap<String, i64> {
     let c = db(out);
-    creator_etl::load::lake::tables()
+    creator_etl::load::catalog::lake_tables()
         .into_iter()
         .map(|t| (t.to_owned(), count(&c, &format!("SELECT count(*) FROM {t}"))))
         .collect()
@@ -196,7 +196,7 @@ fn a_load_killed_mid_commit_leaves_the_lake_readable_and_the_next_completes() {
     let crash = [("CREATOR_ETL_CRASH_AT".to_owned(), "lake-after-first-table".to_owned())];
     let o = spawn_load(&out, &lake, "acme", &crash).wait_with_output().unwrap();
     assert!(!o.status.success(), "{}", show(&[], &o));
-    let tables = creator_etl::load::lake::tables();
+    let tables = creator_etl::load::catalog::lake_tables();
     let probe = Command::new(crate::demo::notebook_python())
         .args([
             "-c",

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use creator_etl::api::models::ApplicationStatus;
 use creator_etl::emulator::{EmulatorConfig, MAIN_ORG};
-use creator_etl::load::warehouse::exported_tables;
+use creator_etl::load::catalog::exported as exported_tables;
 use deltalake::arrow::datatypes::{DataType, TimeUnit};
 use deltalake::parquet;
 

@@ -17,4 +17,5 @@ mod quick;
 mod readme;
 mod report;
 mod restore;
+mod schema;
 mod util;

@@ -303,7 +303,8 @@ fn an_out_that_fell_behind_takes_the_lakes_state_first() {
 /// of unknown scope, so the next sync is a full one, and the lake then gains the new columns.
 #[test]
 fn a_lake_written_at_an_older_schema_restores() {
-    use creator_etl::load::lake::{commit_tables, stage, tables, LakeConfig};
+    use creator_etl::load::catalog::lake_tables as tables;
+    use creator_etl::load::lake::{commit_tables, stage, LakeConfig};
     let emu = emulator();
     let dir = tempfile::tempdir().unwrap();
     let lake = format!("file://{}", dir.path().join("lake").display());

@@ -21,7 +21,12 @@ struct Cells<'a, 'stmt> {
 
 impl Cells<'_, '_> {
     fn unreadable(&self, column: &str, problem: impl Into<String>) -> LoadError {
-        LoadError::Unreadable { table: self.table.to_owned(), column: column.to_owned(), problem: problem.into() }
+        LoadError::Unreadable {
+            table: self.table.to_owned(),
+            column: column.to_owned(),
+            problem: problem.into(),
+            warehouse: None,
+        }
     }
 
     /// A value duckdb converts itself: integers, text, and `Option`s of them for nullable columns.
@@ -118,9 +123,26 @@ fn read_rows<T>(
     let mut rows = stmt.query(params).map_err(failed)?;
     let mut out = vec![];
     while let Some(row) = rows.next().map_err(failed)? {
-        out.push(read(&Cells { table, row })?);
+        out.push(read(&Cells { table, row }).map_err(|e| in_file(conn, e))?);
     }
     Ok(out)
+}
+
+/// An unreadable value's error, naming the warehouse file it is in (which a message tells the
+/// user to correct).
+fn in_file(conn: &Connection, e: LoadError) -> LoadError {
+    match e {
+        LoadError::Unreadable { table, column, problem, warehouse: None } => {
+            let path = conn
+                .query_row("SELECT path FROM duckdb_databases() WHERE database_name = current_database()", [], |r| {
+                    r.get::<_, Option<String>>(0)
+                })
+                .ok()
+                .flatten();
+            LoadError::Unreadable { table, column, problem, warehouse: path }
+        }
+        e => e,
+    }
 }
 
 /// A `content_daily.metric`: only the metrics creator-etl writes.
@@ -168,7 +190,7 @@ fn last_run(conn: &Connection) -> duckdb::Result<Option<(String, Option<String>)
 /// next run instead of being skipped. A run that met windows without statistics counts as
 /// loaded only up to the day before the first of them. `None` before the first load.
 pub fn content_cursor(conn: &Connection) -> Result<Option<NaiveDate>, LoadError> {
-    if !super::warehouse::has_table(conn, "runs")? {
+    if !super::has_table(conn, "runs")? {
         return Ok(None);
     }
     let mut stmt = conn
@@ -182,12 +204,32 @@ pub fn content_cursor(conn: &Connection) -> Result<Option<NaiveDate>, LoadError>
     let day = |v: &serde_json::Value| v.as_str().and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok());
     let mut last = None;
     for (run_id, json) in rows {
-        let report = serde_json::from_str::<serde_json::Value>(&json).unwrap_or_default();
-        let to = day(&report["content"]["to"]).ok_or_else(|| LoadError::Unreadable {
-                table: "runs".into(),
-                column: "report_json".into(),
-                problem: format!("of run `{run_id}` has no readable `content.to`, where incremental content starts (a run with `--from DATE` does not read it)"),
-            })?;
+        let report: serde_json::Value = match serde_json::from_str(&json) {
+            Ok(report) => report,
+            Err(e) => {
+                let problem = format!("of run `{run_id}` is not JSON ({e}), so where incremental content starts is unknown (a run with `--from DATE` does not read it)");
+                return Err(in_file(
+                    conn,
+                    LoadError::Unreadable {
+                        table: "runs".into(),
+                        column: "report_json".into(),
+                        problem,
+                        warehouse: None,
+                    },
+                ));
+            }
+        };
+        let to = day(&report["content"]["to"]).ok_or_else(|| {
+            in_file(
+                conn,
+                LoadError::Unreadable {
+                    table: "runs".into(),
+                    column: "report_json".into(),
+                    problem: format!("of run `{run_id}` has no readable `content.to`, where incremental content starts (a run with `--from DATE` does not read it)"),
+                    warehouse: None,
+                },
+            )
+        })?;
         // Days from a window the service had no statistics for are asked again: the run loaded
         // up to the day before the first such window, or nothing when its range began with one.
         let loaded = match day(&report["content"]["first_empty_day"]) {
@@ -316,7 +358,10 @@ pub fn applications_where(conn: &Connection, keep: &str) -> Result<Vec<Observati
         by_app.entry(app_id).or_default().push(account);
     }
     for o in &mut apps {
-        o.app.connected_accounts = by_app.remove(&o.app.id).unwrap_or_default();
+        // An application with no row in `connected_accounts` listed no account.
+        if let Some(accounts) = by_app.remove(&o.app.id) {
+            o.app.connected_accounts = accounts;
+        }
     }
     Ok(apps)
 }

@@ -1,181 +1,50 @@
-//! The DuckDB warehouse: schema and migrations, reading the previous state, swapping in a run's
-//! tables in one transaction, the status history (SCD2), the runs ledger, and the Parquet export.
+//! The DuckDB warehouse's files and schema: opening the writer's file (and migrating it, one
+//! organization's or a fleet's, as the [catalog](super::catalog) has it), publishing it to
+//! readers, reading it read-only, and the SQL helpers the load shares. Reading values back is
+//! [`readback`]'s.
 //!
 //! **One writer, many readers.** DuckDB lets one process open a file for writing, and no process
 //! read it meanwhile (and a reader blocks the writer). So the writer and the readers use
-//! different files:
-//! - `OUT/state/warehouse.duckdb` is the writer's, opened only by creator-etl's writing commands
-//!   (which hold the `--out` lock) and, for a moment, by `actions plan`;
-//! - `OUT/warehouse.duckdb` is the readers' snapshot: after every load and every actions run, the
-//!   writer checkpoints its file and copies it there, by a rename. A notebook, a `duckdb` shell
-//!   or `creator-etl query` holding the snapshot open never blocks a load; it keeps the snapshot
-//!   it opened (the old file stays readable until it closes), and sees the new one when it
-//!   reconnects. Changes made to the snapshot are overwritten by the next publish.
+//! different files ([`OutDir::writer_warehouse`], [`OutDir::warehouse`]):
+//! - the writer's, opened only by creator-etl's writing commands (which hold the `--out` lock)
+//!   and, for a moment, by `actions plan`;
+//! - the readers' snapshot: after every load and every actions run, the writer checkpoints its
+//!   file and copies it there, by a rename. A notebook, a `duckdb` shell or `creator-etl query`
+//!   holding the snapshot open never blocks a load; it keeps the snapshot it opened (the old
+//!   file stays readable until it closes), and sees the new one when it reconnects. Changes made
+//!   to the snapshot are overwritten by the next publish.
 //!
 //! A writer that finds its file held (a plan reading it) retries for a few seconds, then gives
 //! up naming the process that holds it (exit 5). Writing commands open the file before they
 //! send any request, so a run learns this before its extract spends the hour's budget.
 
+mod readback;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use duckdb::{params, Connection};
+use duckdb::Connection;
 
-pub use super::readback::{
-    applications_where, content, content_cursor, latest_run, scope_filter, snapshot, sync_scope,
-};
+pub use readback::{applications_where, content, content_cursor, latest_run, scope_filter, snapshot, sync_scope};
+
+use super::catalog::{self, Shape};
 use super::LoadError;
 use crate::out::OutDir;
-
-/// The schema this version writes. Older warehouses are migrated in place by [`migrate`].
-pub const SCHEMA_VERSION: i32 = 4;
-
-/// Tables replaced wholesale by each load, with their DDL (primary keys included).
-pub const TABLES: [(&str, &str); 6] = [
-    (
-        "applications",
-        "id BIGINT PRIMARY KEY, status VARCHAR NOT NULL, campaign_id BIGINT NOT NULL, campaign_name VARCHAR, \
-         user_id BIGINT NOT NULL, creator_name VARCHAR, email VARCHAR, signup_source VARCHAR, \
-         applied_at TIMESTAMPTZ NOT NULL, account_count BIGINT NOT NULL, total_monthly_posts BIGINT NOT NULL, \
-         first_seen_at TIMESTAMPTZ NOT NULL, last_seen_at TIMESTAMPTZ NOT NULL",
-    ),
-    (
-        "connected_accounts",
-        "application_id BIGINT NOT NULL, account_id BIGINT NOT NULL, provider VARCHAR, username VARCHAR, \
-         monthly_post_count BIGINT NOT NULL, PRIMARY KEY (application_id, account_id)",
-    ),
-    (
-        "content_daily",
-        "metric VARCHAR NOT NULL, date DATE NOT NULL, last_date DATE NOT NULL, current BIGINT NOT NULL, \
-         last BIGINT NOT NULL, PRIMARY KEY (metric, date)",
-    ),
-    (
-        "wow_deltas",
-        "metric VARCHAR NOT NULL, date DATE NOT NULL, current BIGINT NOT NULL, last BIGINT NOT NULL, \
-         delta BIGINT NOT NULL, pct_change DOUBLE, current_7d BIGINT, last_7d BIGINT, delta_7d BIGINT, \
-         pct_change_7d DOUBLE, PRIMARY KEY (metric, date)",
-    ),
-    (
-        "weekly_totals",
-        "metric VARCHAR NOT NULL, week_start DATE NOT NULL, total BIGINT NOT NULL, previous_total BIGINT, \
-         delta BIGINT, pct_change DOUBLE, complete BOOLEAN NOT NULL, PRIMARY KEY (metric, week_start)",
-    ),
-    (
-        "post_count_cohorts",
-        "applied_month DATE NOT NULL, bucket VARCHAR NOT NULL, bucket_min BIGINT, bucket_max BIGINT, \
-         status VARCHAR NOT NULL, applications BIGINT NOT NULL, creators BIGINT NOT NULL, accounts BIGINT NOT NULL, \
-         total_monthly_posts BIGINT NOT NULL, PRIMARY KEY (applied_month, bucket, status)",
-    ),
-];
-
-/// Order of each table's rows in the Parquet export (its key).
-pub fn order_by(table: &str) -> &'static str {
-    match table {
-        "applications" => "id",
-        "connected_accounts" => "application_id, account_id",
-        "content_daily" | "wow_deltas" => "metric, date",
-        "weekly_totals" => "metric, week_start",
-        "post_count_cohorts" => "applied_month, bucket, status",
-        "application_status_history" => "id, valid_from",
-        _ => "run_id",
-    }
-}
-
-const V1: &str = "
-CREATE TABLE IF NOT EXISTS application_status_history (
-    id BIGINT NOT NULL, status VARCHAR NOT NULL, valid_from TIMESTAMPTZ NOT NULL, valid_to TIMESTAMPTZ,
-    PRIMARY KEY (id, valid_from));
-CREATE TABLE IF NOT EXISTS runs (
-    run_id VARCHAR PRIMARY KEY, started_at TIMESTAMPTZ, finished_at TIMESTAMPTZ, status VARCHAR NOT NULL,
-    extract_ms BIGINT, transform_ms BIGINT, load_ms BIGINT, requests BIGINT, retries BIGINT, rate_limited BIGINT,
-    pacing_wait_ms BIGINT, rows_json VARCHAR, warnings_json VARCHAR, status_changes BIGINT,
-    parquet_exported BOOLEAN NOT NULL DEFAULT false, report_json VARCHAR);
-";
-
-/// Version 2: the actions journal (one row per sent action and run), every row's result, a
-/// warning count in `runs` (queries need not parse `warnings_json`), and `cohort_acceptance`
-/// with sizes and pending counts ([`VIEWS`]).
-const V2: &str = "
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS warnings BIGINT;
-UPDATE runs SET warnings = 0 WHERE warnings IS NULL;
-CREATE TABLE IF NOT EXISTS action_journal (
-    fingerprint VARCHAR NOT NULL, run_id VARCHAR NOT NULL, file VARCHAR NOT NULL, line BIGINT NOT NULL,
-    row_id VARCHAR, action VARCHAR NOT NULL, target VARCHAR NOT NULL, body_json VARCHAR NOT NULL,
-    outcome VARCHAR NOT NULL, http_status INTEGER, message VARCHAR, response_excerpt VARCHAR,
-    intent_at TIMESTAMPTZ NOT NULL, outcome_at TIMESTAMPTZ,
-    PRIMARY KEY (fingerprint, run_id));
-CREATE TABLE IF NOT EXISTS action_results (
-    run_id VARCHAR NOT NULL, file VARCHAR NOT NULL, line BIGINT NOT NULL, row_id VARCHAR, action VARCHAR NOT NULL,
-    target VARCHAR NOT NULL, approved BOOLEAN NOT NULL, outcome VARCHAR NOT NULL, http_status INTEGER,
-    message VARCHAR, fingerprint VARCHAR NOT NULL, reviewer VARCHAR, finished_at TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (run_id, line));
-";
-
-/// Version 3: the journal's scope (the service and the key's fingerprint a row was sent to).
-/// Rows written before have none, and count for every scope.
-const V3: &str = "
-ALTER TABLE action_journal ADD COLUMN IF NOT EXISTS service VARCHAR;
-ALTER TABLE action_journal ADD COLUMN IF NOT EXISTS key_fingerprint VARCHAR;
-";
-
-/// Version 4: how each run read the applications (quick sync): its mode, scope, the pages it
-/// verified, the last full sync (reconcile) it relies on, and whether every count agreed. Runs
-/// loaded before were full syncs.
-const V4: &str = "
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS sync_mode VARCHAR;
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS sync_scope VARCHAR;
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS pages_verified BIGINT;
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS last_reconcile_at TIMESTAMPTZ;
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS counts_agree BOOLEAN;
-UPDATE runs SET sync_mode = 'full' WHERE sync_mode IS NULL;
-";
-
-/// The views over the tables, as of the current schema (version 2 on): `cohort_acceptance`, which
-/// `queries/cohort_acceptance.sql` reads, with sizes, pending counts and the acceptance rate
-/// accepted / (accepted + rejected). The lake readers make them over their tables too.
-pub const VIEWS: &str = include_str!("views.sql");
-
-/// Acceptance rate per post-count bucket, as schema version 1 had it.
-const COHORT_ACCEPTANCE: &str = "
-CREATE OR REPLACE VIEW cohort_acceptance AS
-SELECT bucket, bucket_min, bucket_max,
-       CAST(coalesce(sum(applications) FILTER (WHERE status = 'accepted'), 0) AS BIGINT) AS accepted,
-       CAST(coalesce(sum(applications) FILTER (WHERE status = 'rejected'), 0) AS BIGINT) AS rejected,
-       CAST(sum(applications) FILTER (WHERE status = 'accepted') AS DOUBLE)
-         / nullif(sum(applications) FILTER (WHERE status IN ('accepted', 'rejected')), 0) AS acceptance_rate
-FROM post_count_cohorts
-GROUP BY bucket, bucket_min, bucket_max
-ORDER BY bucket_min NULLS FIRST;
-";
-
-/// The writer's file.
-pub fn writer_path(out: &OutDir) -> PathBuf {
-    out.state_dir().join("warehouse.duckdb")
-}
-
-/// The readers' snapshot.
-pub fn published_path(out: &OutDir) -> PathBuf {
-    out.root().join("warehouse.duckdb")
-}
 
 /// How long a writer waits for a reader of its own file (an `actions plan`) to let go.
 const WRITER_WAIT: Duration = Duration::from_secs(5);
 
-/// Opens (creating) the writer's warehouse and brings its schema to [`SCHEMA_VERSION`]. A
-/// warehouse of the layout before the reader snapshot (only `OUT/warehouse.duckdb`) is adopted
-/// by copying it. The caller holds the `--out` lock.
+/// Opens (creating) one organization's writer's warehouse and brings its schema up to date. A
+/// warehouse of the layout before the reader snapshot (only the readers' file) is adopted by
+/// copying it. The caller holds the `--out` lock.
 pub fn open_writer(out: &OutDir) -> Result<Connection, LoadError> {
-    open_writer_with(out, migrate)
+    open_writer_of(out, Shape::One)
 }
 
-/// [`open_writer`] with the schema `migrate` brings the file to: one organization's, or a
-/// fleet's ([`super::fleet`]).
-pub(crate) fn open_writer_with(
-    out: &OutDir,
-    migrate: fn(&Connection) -> Result<i32, LoadError>,
-) -> Result<Connection, LoadError> {
-    let path = writer_path(out);
-    let legacy = published_path(out);
+/// [`open_writer`] for a warehouse of `shape`: one organization's, or a fleet's.
+pub fn open_writer_of(out: &OutDir, shape: Shape) -> Result<Connection, LoadError> {
+    let path = out.writer_warehouse();
+    let legacy = out.warehouse();
     std::fs::create_dir_all(out.state_dir()).map_err(crate::out::io_err("create", &out.state_dir()))?;
     if !path.exists() && legacy.exists() {
         // Each file is copied aside and renamed into place, the database file last: a crash
@@ -197,13 +66,16 @@ pub(crate) fn open_writer_with(
             Ok(c) => break c,
             Err(e) => match lock_holder(&e) {
                 Some(_) if started.elapsed() < WRITER_WAIT => std::thread::sleep(Duration::from_millis(200)),
-                Some(holder) => return Err(LoadError::Locked { path: path.display().to_string(), holder }),
+                Some(holder) => {
+                    let snapshot = out.warehouse().display().to_string();
+                    return Err(LoadError::Locked { path: path.display().to_string(), holder, snapshot });
+                }
                 None => return Err(LoadError::db(format!("open `{}`", path.display()), e)),
             },
         }
     };
     no_downloads(&conn).map_err(|e| LoadError::db("configure the connection", e))?;
-    migrate(&conn)?;
+    migrate(&conn, shape)?;
     Ok(conn)
 }
 
@@ -213,7 +85,7 @@ pub(crate) fn open_writer_with(
 /// Returns the open connection for the preflight's other reads, so that DuckDB starts once;
 /// `None` for a first load.
 pub fn check_writable(out: &OutDir) -> Result<Option<Connection>, LoadError> {
-    if !writer_path(out).exists() && !published_path(out).exists() {
+    if !out.writer_warehouse().exists() && !out.warehouse().exists() {
         // A first load: no file that anyone could hold, and no DuckDB to start for it.
         std::fs::create_dir_all(out.state_dir()).map_err(crate::out::io_err("create", &out.state_dir()))?;
         return Ok(None);
@@ -239,15 +111,17 @@ fn lock_holder(e: &duckdb::Error) -> Option<String> {
     })
 }
 
-/// Checkpoints the writer's warehouse, closes it, and publishes it as the readers' snapshot
-/// (`OUT/warehouse.duckdb`) with one rename. Readers holding the old snapshot keep it until they
-/// reconnect.
+/// The prefix of a publish's copy, beside the readers' snapshot.
+const PUBLISHING: &str = ".publish-";
+
+/// Checkpoints the writer's warehouse, closes it, and publishes it as the readers' snapshot with
+/// one rename. Readers holding the old snapshot keep it until they reconnect.
 pub fn publish(conn: Connection, out: &OutDir) -> Result<(), LoadError> {
     conn.execute_batch("CHECKPOINT;").map_err(|e| LoadError::db("checkpoint the warehouse", e))?;
     drop(conn);
-    let from = writer_path(out);
-    let to = published_path(out);
-    let tmp = out.root().join(format!(".warehouse.duckdb.publish-{}", std::process::id()));
+    let from = out.writer_warehouse();
+    let to = out.warehouse();
+    let tmp = out.root().join(format!("{PUBLISHING}{}", std::process::id()));
     let io = crate::out::io_err;
     std::fs::copy(&from, &tmp).map_err(io("copy the warehouse for readers", &from))?;
     std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io("sync", &tmp))?;
@@ -264,32 +138,36 @@ pub fn publish(conn: Connection, out: &OutDir) -> Result<(), LoadError> {
 pub fn clean_publish_leftovers(out: &OutDir) {
     if let Ok(entries) = std::fs::read_dir(out.root()) {
         for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(".warehouse.duckdb.publish-") {
+            let name = e.file_name().to_string_lossy().into_owned();
+            // This release's copies, and an earlier release's (`.warehouse.duckdb.publish-N`).
+            if name.starts_with(PUBLISHING) || (name.starts_with('.') && name.contains(".duckdb.publish-")) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
 }
 
+/// Opens a DuckDB file read-only.
+fn open_read_only(path: &Path) -> duckdb::Result<Connection> {
+    duckdb::Config::default()
+        .access_mode(duckdb::AccessMode::ReadOnly)
+        .and_then(|c| Connection::open_with_flags(path, c))
+}
+
 /// Opens the freshest warehouse read-only: the writer's file, or, while a running command holds
 /// it, the readers' snapshot (the note says so). `None` when there is neither.
 pub fn open_latest_read_only(out: &OutDir) -> Result<Option<(Connection, Option<String>)>, LoadError> {
-    let read_only = |path: &Path| {
-        duckdb::Config::default()
-            .access_mode(duckdb::AccessMode::ReadOnly)
-            .and_then(|c| Connection::open_with_flags(path, c))
-    };
-    let writer = writer_path(out);
-    let published = published_path(out);
+    let writer = out.writer_warehouse();
+    let published = out.warehouse();
     if writer.exists() {
-        match read_only(&writer) {
+        match open_read_only(&writer) {
             Ok(c) => return Ok(Some((c, None))),
             Err(e) => match lock_holder(&e) {
                 Some(holder) if published.exists() => {
                     let note = format!(
                         "a running command is writing the warehouse; this reads the snapshot published after the last command ({holder})"
                     );
-                    let c = read_only(&published)
+                    let c = open_read_only(&published)
                         .map_err(|e| LoadError::db(format!("open `{}` read-only", published.display()), e))?;
                     return Ok(Some((c, Some(note))));
                 }
@@ -300,17 +178,18 @@ pub fn open_latest_read_only(out: &OutDir) -> Result<Option<(Connection, Option<
     if !published.exists() {
         return Ok(None);
     }
-    let c = read_only(&published).map_err(|e| LoadError::db(format!("open `{}` read-only", published.display()), e))?;
+    let c = open_read_only(&published)
+        .map_err(|e| LoadError::db(format!("open `{}` read-only", published.display()), e))?;
     Ok(Some((c, None)))
 }
 
-/// Opens (creating) a warehouse file and brings its schema to [`SCHEMA_VERSION`] (unit tests;
+/// Opens (creating) a warehouse file of `shape` and brings its schema up to date (unit tests;
 /// commands use [`open_writer`]).
 #[cfg(test)]
-pub(crate) fn open(path: &Path) -> Result<Connection, LoadError> {
+pub(crate) fn open(path: &Path, shape: Shape) -> Result<Connection, LoadError> {
     let conn = Connection::open(path).map_err(|e| LoadError::db(format!("open `{}`", path.display()), e))?;
     no_downloads(&conn).map_err(|e| LoadError::db("configure the connection", e))?;
-    migrate(&conn)?;
+    migrate(&conn, shape)?;
     Ok(conn)
 }
 
@@ -321,123 +200,80 @@ pub fn no_downloads(conn: &Connection) -> duckdb::Result<()> {
     conn.execute_batch("SET autoinstall_known_extensions = false;")
 }
 
-/// Applies every migration above the warehouse's version, each in its own transaction.
-pub fn migrate(conn: &Connection) -> Result<i32, LoadError> {
-    if super::fleet::is_fleet(conn)? {
-        return Err(LoadError::Kind(super::fleet::NOT_ONE_ORGANIZATION.into()));
+/// Whether the warehouse `conn` is a fleet's.
+pub fn is_fleet(conn: &Connection) -> Result<bool, LoadError> {
+    has_table(conn, Shape::Fleet.version_table())
+}
+
+/// Whether `out` holds a fleet warehouse (its writer's file). A file that cannot be opened
+/// (held by its writer) is checked by its readers' snapshot; `false` when neither can be read.
+pub fn holds_fleet_warehouse(out: &OutDir) -> bool {
+    [out.writer_warehouse(), out.warehouse()]
+        .iter()
+        .filter(|p| p.is_file())
+        .any(|path| open_read_only(path).ok().is_some_and(|c| is_fleet(&c).unwrap_or(false)))
+}
+
+/// Why one organization's command refuses a fleet warehouse.
+pub const NOT_ONE_ORGANIZATION: &str = "this is a fleet's warehouse (every table keyed by `organization`), written by \
+     `fleet run --warehouse fleet`; read it with `creator-etl query --org NAME`, and sync its organizations with \
+     `fleet run --warehouse fleet`";
+
+/// Why `fleet run --warehouse fleet` refuses one organization's warehouse.
+const NOT_A_FLEET: &str = "this is one organization's warehouse, not a fleet's: `fleet run --warehouse fleet` keeps its \
+     warehouse under its own `--out` (give it a directory of its own, or `--warehouse per-org` to keep one warehouse per \
+     organization)";
+
+/// Brings a warehouse of `shape` to the catalog's version: a new one is made whole as the
+/// catalog has it; an older one gets each later migration's steps, each version in its own
+/// transaction. A warehouse of the other shape, or of a newer version, is refused.
+pub fn migrate(conn: &Connection, shape: Shape) -> Result<i32, LoadError> {
+    let other = match shape {
+        Shape::One => Shape::Fleet,
+        Shape::Fleet => Shape::One,
+    };
+    if has_table(conn, other.version_table())? {
+        return Err(LoadError::Kind(if shape == Shape::One { NOT_ONE_ORGANIZATION } else { NOT_A_FLEET }.into()));
     }
-    conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_at TIMESTAMPTZ NOT NULL);",
-    )
-    .map_err(|e| LoadError::db("create `schema_version`", e))?;
-    let current: i32 = conn
-        .query_row("SELECT coalesce(max(version), 0) FROM schema_version", [], |r| r.get(0))
-        .map_err(|e| LoadError::db("read the schema version", e))?;
-    if current > SCHEMA_VERSION {
-        return Err(LoadError::NewerSchema { found: current, supported: SCHEMA_VERSION });
+    let marker = shape.version_table();
+    let target = shape.version();
+    let current: i32 = if has_table(conn, marker)? {
+        conn.query_row(&format!("SELECT coalesce(max(version), 0) FROM {marker}"), [], |r| r.get(0))
+            .map_err(|e| LoadError::db("read the schema version", e))?
+    } else {
+        0
+    };
+    if current > target {
+        return Err(LoadError::NewerSchema { found: current, supported: target });
     }
-    let migrations: [(i32, &str); 4] = [(1, V1), (2, V2), (3, V3), (4, V4)];
-    for (version, sql) in migrations.iter().filter(|(v, _)| *v > current) {
-        let mut batch = format!("BEGIN TRANSACTION;\n{sql}\n");
-        if *version == 1 {
-            for (name, ddl) in TABLES {
-                batch.push_str(&format!("CREATE TABLE IF NOT EXISTS {name} ({ddl});\n"));
-            }
-            batch.push_str(COHORT_ACCEPTANCE);
-        }
-        if *version == 2 {
-            batch.push_str(VIEWS);
-        }
-        batch.push_str(&format!("INSERT INTO schema_version VALUES ({version}, now());\nCOMMIT;"));
-        if let Err(e) = conn.execute_batch(&batch) {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(LoadError::db(format!("migrate to schema version {version}"), e));
-        }
+    let in_transaction = |sql: &str, what: String| -> Result<(), LoadError> {
+        let tx = conn.unchecked_transaction().map_err(|e| LoadError::db(what.clone(), e))?;
+        tx.execute_batch(sql).map_err(|e| LoadError::db(what.clone(), e))?;
+        tx.commit().map_err(|e| LoadError::db(what, e))
+    };
+    if current == 0 && !has_any_table(conn, shape)? {
+        in_transaction(&catalog::create_all_sql(shape), "create the warehouse's tables".into())?;
+        return Ok(target);
+    }
+    let mut sql = catalog::create_version_table_sql(shape);
+    for (version, steps) in shape.migrations().iter().filter(|(v, _)| *v > current) {
+        sql.push_str(&catalog::migration_sql(shape, *version, steps));
+        in_transaction(&sql, format!("migrate to schema version {version}"))?;
+        sql.clear();
         tracing::info!(version, "warehouse schema migrated");
     }
-    Ok(SCHEMA_VERSION)
+    Ok(target)
 }
 
-/// The statements that replace every table from the staged Parquet files and record history,
-/// to run inside one transaction. Each table is built under a new name and swapped in, so a
-/// reader or a crash sees either the old table or the new one.
-pub fn swap_in_sql(staging: &Path) -> String {
-    let mut sql = String::new();
-    for (name, ddl) in TABLES {
-        let file = staging.join(format!("{name}.parquet"));
-        let file = file.display().to_string().replace('\'', "''");
-        sql.push_str(&format!(
-            "DROP TABLE IF EXISTS {name}__new;\n\
-             CREATE TABLE {name}__new ({ddl});\n\
-             INSERT INTO {name}__new BY NAME SELECT * FROM read_parquet('{file}', hive_partitioning = false);\n\
-             DROP TABLE {name};\n\
-             ALTER TABLE {name}__new RENAME TO {name};\n"
-        ));
+/// Whether the warehouse has any of `shape`'s tables: one without its version table but with
+/// tables is an old one to migrate, never made anew over them.
+fn has_any_table(conn: &Connection, shape: Shape) -> Result<bool, LoadError> {
+    for t in catalog::tables_of(shape) {
+        if has_table(conn, t.name)? {
+            return Ok(true);
+        }
     }
-    sql
-}
-
-/// SCD2 on `application_status_history`: close the current row of every application whose
-/// status changed and open a new one; first sightings open a row. Returns the changes.
-pub fn record_history(conn: &Connection) -> Result<u64, LoadError> {
-    let [close, open, first] = history_statements(None);
-    let changed = conn
-        .execute(&close, params![])
-        .map_err(|e| LoadError::db("close changed statuses in `application_status_history`", e))?;
-    conn.execute_batch(&format!("{open};\n{first};"))
-        .map_err(|e| LoadError::db("open statuses in `application_status_history`", e))?;
-    Ok(changed as u64)
-}
-
-/// [`record_history`] in a fleet warehouse, for the organizations `orgs` only, each
-/// application's history its organization's. Returns the changes per organization.
-pub fn record_history_of(
-    conn: &Connection,
-    orgs: &[String],
-) -> Result<std::collections::BTreeMap<String, u64>, LoadError> {
-    let [close, open, first] = history_statements(Some(&sql_list(orgs)));
-    let failed = |e| LoadError::db("close changed statuses in `application_status_history`", e);
-    let mut stmt = conn.prepare(&format!("{close} RETURNING h.organization")).map_err(failed)?;
-    let mut changed = std::collections::BTreeMap::new();
-    for org in stmt.query_map([], |r| r.get::<_, String>(0)).map_err(failed)? {
-        *changed.entry(org.map_err(failed)?).or_insert(0) += 1;
-    }
-    conn.execute_batch(&format!("{open};\n{first};"))
-        .map_err(|e| LoadError::db("open statuses in `application_status_history`", e))?;
-    Ok(changed)
-}
-
-/// The SCD2 statements: close the changed, open the new, and carry the first sighting into
-/// `applications.first_seen_at`. With `orgs` (an SQL list), only those organizations' rows of a
-/// fleet warehouse, matched by organization.
-fn history_statements(orgs: Option<&str>) -> [String; 3] {
-    let (key, first_key, scope, org_column, group, only) = match orgs {
-        Some(list) => (
-            "h.organization = a.organization AND ",
-            "a.organization = f.organization AND ",
-            format!("a.organization IN ({list}) AND "),
-            "a.organization, ",
-            "organization, ",
-            format!("WHERE organization IN ({list}) "),
-        ),
-        None => ("", "", String::new(), "", "", String::new()),
-    };
-    [
-        format!(
-            "UPDATE application_status_history AS h SET valid_to = a.last_seen_at FROM applications AS a \
-             WHERE {scope}{key}h.id = a.id AND h.valid_to IS NULL AND h.status <> a.status AND a.last_seen_at > h.valid_from"
-        ),
-        format!(
-            "INSERT INTO application_status_history \
-             SELECT {org_column}a.id, a.status, a.last_seen_at, NULL FROM applications AS a \
-             WHERE {scope}NOT EXISTS (SELECT 1 FROM application_status_history AS h WHERE {key}h.id = a.id AND h.valid_to IS NULL)"
-        ),
-        format!(
-            "UPDATE applications AS a SET first_seen_at = f.first FROM \
-             (SELECT {group}id, min(valid_from) AS first FROM application_status_history {only}GROUP BY {group}id) AS f \
-             WHERE {first_key}a.id = f.id AND f.first < a.first_seen_at"
-        ),
-    ]
+    Ok(false)
 }
 
 /// Whether the database `conn` has a table (or view) named `name`.
@@ -501,21 +337,41 @@ pub fn sql_literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
-/// Rows per table, for the report and the ledger.
-pub fn row_counts(conn: &Connection) -> Result<std::collections::BTreeMap<String, u64>, LoadError> {
-    let mut out = std::collections::BTreeMap::new();
-    for name in TABLES.iter().map(|(n, _)| *n).chain(["application_status_history"]) {
-        let n: i64 = conn
-            .query_row(&format!("SELECT count(*) FROM {name}"), [], |r| r.get(0))
-            .map_err(|e| LoadError::db(format!("count `{name}`"), e))?;
-        out.insert(name.to_owned(), n as u64);
+/// Rows per table, one table's row counts by name.
+pub type RowCounts = std::collections::BTreeMap<String, u64>;
+
+/// Rows per exported table, for the report and the ledger: of one organization's warehouse
+/// (`orgs` `None`: keyed `None`), or of each of `orgs` in a fleet warehouse (keyed by
+/// organization; every table named for every one of them, with 0 where it has no rows).
+pub fn row_counts(
+    conn: &Connection,
+    orgs: Option<&[String]>,
+) -> Result<std::collections::BTreeMap<Option<String>, RowCounts>, LoadError> {
+    use std::collections::BTreeMap;
+    let mut out: BTreeMap<Option<String>, RowCounts> = BTreeMap::new();
+    for table in catalog::exported() {
+        let failed = |e| LoadError::db(format!("count `{table}`"), e);
+        let sql = match orgs {
+            Some(orgs) => {
+                for org in orgs {
+                    out.entry(Some(org.clone())).or_default().insert(table.to_owned(), 0);
+                }
+                format!(
+                    "SELECT organization, count(*) FROM {table} WHERE organization IN ({}) GROUP BY organization",
+                    sql_list(orgs)
+                )
+            }
+            None => format!("SELECT CAST(NULL AS VARCHAR) AS organization, count(*) FROM {table}"),
+        };
+        let mut stmt = conn.prepare(&sql).map_err(failed)?;
+        let counts =
+            stmt.query_map([], |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, i64>(1)?))).map_err(failed)?;
+        for c in counts {
+            let (org, n) = c.map_err(failed)?;
+            out.entry(org).or_default().insert(table.to_owned(), n as u64);
+        }
     }
     Ok(out)
-}
-
-/// Every table of the Parquet export: the replaced ones and the history.
-pub fn exported_tables() -> Vec<&'static str> {
-    TABLES.iter().map(|(n, _)| *n).chain(["application_status_history"]).collect()
 }
 
 #[cfg(test)]
@@ -529,15 +385,15 @@ mod tests {
     fn migrations_bring_an_empty_warehouse_to_the_current_version_once() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.duckdb");
-        let conn = open(&path).unwrap();
+        let conn = open(&path, Shape::One).unwrap();
         let versions: i64 = conn.query_row("SELECT count(*) FROM schema_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(versions, i64::from(SCHEMA_VERSION), "one row per migration");
+        assert_eq!(versions, i64::from(Shape::One.version()), "one row per migration");
         drop(conn);
-        let conn = open(&path).unwrap();
+        let conn = open(&path, Shape::One).unwrap();
         let versions: i64 = conn.query_row("SELECT count(*) FROM schema_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(versions, i64::from(SCHEMA_VERSION), "opening again migrates nothing");
-        for (name, _) in TABLES {
-            conn.query_row(&format!("SELECT count(*) FROM {name}"), [], |r| r.get::<_, i64>(0)).unwrap();
+        assert_eq!(versions, i64::from(Shape::One.version()), "opening again migrates nothing");
+        for t in catalog::tables_of(Shape::One) {
+            conn.query_row(&format!("SELECT count(*) FROM {}", t.name), [], |r| r.get::<_, i64>(0)).unwrap();
         }
         conn.query_row("SELECT count(*) FROM cohort_acceptance", [], |r| r.get::<_, i64>(0)).unwrap();
     }
@@ -548,16 +404,16 @@ mod tests {
     fn a_version_1_warehouse_upgrades_in_place() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.duckdb");
-        let conn = open(&path).unwrap();
+        let conn = open(&path, Shape::One).unwrap();
         conn.execute_batch(
             "DROP TABLE action_journal; DROP TABLE action_results; DELETE FROM schema_version WHERE version >= 2;
              INSERT INTO runs (run_id, status) VALUES ('old-run', 'completed');",
         )
         .unwrap();
         drop(conn);
-        let conn = open(&path).unwrap();
+        let conn = open(&path, Shape::One).unwrap();
         let version: i32 = conn.query_row("SELECT max(version) FROM schema_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
+        assert_eq!(version, Shape::One.version());
         conn.query_row("SELECT count(*) FROM action_journal", [], |r| r.get::<_, i64>(0)).unwrap();
         let kept: i64 = conn.query_row("SELECT count(*) FROM runs WHERE run_id = 'old-run'", [], |r| r.get(0)).unwrap();
         assert_eq!(kept, 1);
@@ -567,7 +423,7 @@ mod tests {
     /// with a date before 1970 and a timestamp with microseconds.
     fn planted() -> (tempfile::TempDir, Connection) {
         let dir = tempfile::tempdir().unwrap();
-        let conn = open(&dir.path().join("w.duckdb")).unwrap();
+        let conn = open(&dir.path().join("w.duckdb"), Shape::One).unwrap();
         conn.execute_batch(
             "INSERT INTO applications VALUES (7, 'on_hold', 3, 'Spring', 11, 'Ana', NULL, 'partner_portal', \
                '1969-12-31 23:59:59.123456+00', 1, 4, '2024-05-01 10:00:00+00', '2024-05-02 10:00:00.000001+00');
@@ -675,10 +531,10 @@ mod tests {
     fn a_newer_warehouse_is_refused_with_a_clear_message() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.duckdb");
-        let conn = open(&path).unwrap();
+        let conn = open(&path, Shape::One).unwrap();
         conn.execute_batch("INSERT INTO schema_version VALUES (99, now());").unwrap();
         drop(conn);
-        let err = open(&path).unwrap_err();
+        let err = open(&path, Shape::One).unwrap_err();
         assert!(matches!(err, LoadError::NewerSchema { found: 99, .. }), "{err}");
         assert!(err.to_string().contains("upgrade creator-etl"));
     }

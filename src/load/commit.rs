@@ -1,0 +1,423 @@
+//! The one commit of a load, over the catalog: a batch of prepared runs written into a warehouse
+//! in one transaction. One organization's load is a batch of one into its own warehouse; a fleet
+//! loads batches of its organizations into the fleet warehouse ([`super::fleet_warehouse`]).
+//!
+//! 1. The batch's frames are staged as Parquet: one file per table (a fleet's with each member's
+//!    `organization`, stacked; a member whose frame has another schema gets a file of its own).
+//! 2. In one transaction, every frame table's rows are replaced: one organization's table is
+//!    rebuilt under a new name from its file and swapped in; a fleet's members' rows are deleted
+//!    and inserted from the batch's files, their keys checked first (the fleet warehouse declares
+//!    none on these tables: see [`super::catalog`]). Then the status history (SCD type 2) and a
+//!    `runs` row per member.
+//!
+//! The transaction is `duckdb::Transaction`'s: any error, and a crash before the commit, leave
+//! every member's rows as they were.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use duckdb::{params, Connection};
+
+use super::catalog::{self, Shape, Table};
+use super::prepare::{Laps, LoadTimings, QualityReport};
+use super::warehouse::{self, sql_list, sql_literal};
+use super::LoadError;
+use crate::extract::{ExtractReport, RunSpec};
+
+/// A member of a batch, prepared: what the commit writes for it.
+pub(crate) struct Ready {
+    /// The organization, in a fleet warehouse; `None` in one organization's.
+    pub org: Option<String>,
+    pub spec: RunSpec,
+    /// The frames to stage; one organization's load drops them once staged (a million
+    /// applications are not held through the transaction).
+    pub frames: Option<crate::transform::Frames>,
+    pub quality: QualityReport,
+    pub report: Option<ExtractReport>,
+    /// `read_state` and `transform`, the member's own.
+    pub timings: LoadTimings,
+}
+
+/// What the commit made of a member: its quality (with the status changes it recorded), its
+/// rows per table, and its timings (with the batch's staging and transaction).
+pub(crate) struct Committed {
+    pub quality: QualityReport,
+    pub rows: BTreeMap<String, u64>,
+    pub timings: LoadTimings,
+}
+
+/// The batch's staged files, per table, and how long the staging took.
+pub(crate) struct Staged {
+    files: BTreeMap<&'static str, Vec<PathBuf>>,
+    ms: u64,
+}
+
+/// Writes the batch, staged by [`stage`], into the warehouse of `shape` through `conn` in one
+/// transaction. Returns each member's outcome, in the batch's order; a failure is the whole
+/// batch's.
+pub(crate) fn write(
+    conn: &Connection,
+    shape: Shape,
+    batch: &[&Ready],
+    staged: &Staged,
+) -> Result<Vec<Committed>, LoadError> {
+    let mut laps = Laps::start();
+    let orgs: Vec<String> = batch.iter().filter_map(|r| r.org.clone()).collect();
+    let list = sql_list(&orgs);
+    let mut sql = String::new();
+    for t in catalog::frames() {
+        let files: Vec<String> =
+            staged.files.get(t.name).into_iter().flatten().map(|f| sql_literal(&f.display().to_string())).collect();
+        let source = format!("read_parquet([{}], union_by_name = true, hive_partitioning = false)", files.join(", "));
+        sql.push_str(&replace_rows(t, shape, &source, &list));
+        if shape == Shape::Fleet {
+            check_keys(conn, t, &source)?;
+        }
+    }
+    let tx = conn.unchecked_transaction().map_err(|e| LoadError::db("begin the load's transaction", e))?;
+    tx.execute_batch(&sql).map_err(|e| LoadError::db("load the run's tables", e))?;
+    let changes = record_history(&tx, shape, &orgs)?;
+    if shape == Shape::Fleet {
+        let history = catalog::table("application_status_history").expect("the catalog has the history");
+        check_keys(&tx, history, &format!("(SELECT * FROM {} WHERE organization IN ({list}))", history.name))?;
+    }
+    let mut rows = warehouse::row_counts(&tx, (shape == Shape::Fleet).then_some(orgs.as_slice()))?;
+    let transaction_so_far = laps.lap();
+    let mut committed: Vec<Committed> = vec![];
+    for r in batch {
+        let mut quality = r.quality.clone();
+        quality.set_status_changes(changes.get(&r.org).copied().unwrap_or(0));
+        let timings = LoadTimings { stage: staged.ms, transaction: transaction_so_far, ..r.timings.clone() };
+        let rows = rows.remove(&r.org).ok_or_else(|| LoadError::Bug("a member's rows were not counted".into()))?;
+        committed.push(Committed { quality, rows, timings });
+    }
+    let runs: Vec<RunRow> = batch
+        .iter()
+        .zip(&committed)
+        .map(|(r, c)| RunRow {
+            org: r.org.as_deref(),
+            spec: &r.spec,
+            report: r.report.as_ref(),
+            rows: &c.rows,
+            quality: &c.quality,
+            timings: &c.timings,
+        })
+        .collect();
+    record_runs(&tx, &runs)?;
+    crate::out::crash_point(match shape {
+        Shape::One => "load-before-commit",
+        Shape::Fleet => "fleet-load-before-commit",
+    });
+    tx.commit().map_err(|e| LoadError::db("commit the load", e))?;
+    let transaction_ms = transaction_so_far + laps.lap();
+    Ok(committed
+        .into_iter()
+        .map(|mut c| {
+            c.timings.transaction = transaction_ms;
+            c
+        })
+        .collect())
+}
+
+/// The statements that replace a frame table's rows with `source`'s (the staged files): in one
+/// organization's warehouse the table rebuilt under a new name and swapped in; in a fleet
+/// warehouse, the members' (`orgs`, an SQL list) rows deleted and the batch's inserted.
+fn replace_rows(t: &Table, shape: Shape, source: &str, orgs: &str) -> String {
+    let name = t.name;
+    match shape {
+        Shape::One => format!(
+            "DROP TABLE IF EXISTS {name}__new;\n{}INSERT INTO {name}__new BY NAME SELECT * FROM {source};\n\
+             DROP TABLE {name};\nALTER TABLE {name}__new RENAME TO {name};\n",
+            t.create_sql(shape, &format!("{name}__new"))
+        ),
+        Shape::Fleet => format!(
+            "DELETE FROM {name} WHERE organization IN ({orgs});\nINSERT INTO {name} BY NAME SELECT * FROM {source};\n"
+        ),
+    }
+}
+
+/// Checks that the rows of `source` (a table's rows of a batch) repeat no key of the fleet
+/// warehouse's table `t`, whose key is checked rather than declared.
+fn check_keys(conn: &Connection, t: &Table, source: &str) -> Result<(), LoadError> {
+    if t.fleet != Some(catalog::FleetKey::Checked) {
+        return Ok(());
+    }
+    let key = t.key_of(Shape::Fleet).join(", ");
+    let duplicates: i64 = conn
+        .query_row(&format!("SELECT count(*) - count(DISTINCT ({key})) FROM {source}"), [], |r| r.get(0))
+        .map_err(|e| LoadError::db(format!("check the keys of `{}`", t.name), e))?;
+    if duplicates != 0 {
+        return Err(LoadError::DuplicateKeys { table: t.name.to_owned(), key, duplicates });
+    }
+    Ok(())
+}
+
+/// Stages the batch's frames under `dir` for one insert per table: each table's frames, with
+/// `organization` in a fleet warehouse, stacked into `dir/<table>.parquet`, and a file of its own
+/// (`dir/<table>/<org>.parquet`) for a member whose frame does not have the first member's
+/// schema. The members keep their frames (Polars shares their buffers; a fleet's batch that fails
+/// is written again member by member), unless the caller drops them.
+pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged, LoadError> {
+    let mut laps = Laps::start();
+    let _ = std::fs::remove_dir_all(dir);
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut files: BTreeMap<&'static str, Vec<PathBuf>> = BTreeMap::new();
+        let polars = |table: &'static str| {
+            move |source: polars::prelude::PolarsError| LoadError::Stage { table: table.to_owned(), source }
+        };
+        for t in catalog::frames() {
+            let table = t.name;
+            let mut stacked: Option<polars::prelude::DataFrame> = None;
+            let mut own: Vec<(String, polars::prelude::DataFrame)> = vec![];
+            for (i, r) in batch.iter().enumerate() {
+                // Its own file's name, should its frame not stack with the others'.
+                let name = match &r.org {
+                    Some(org) => org.clone(),
+                    None => format!("member-{i}"),
+                };
+                let frame = r
+                    .frames
+                    .as_ref()
+                    .and_then(|f| f.tables().into_iter().find(|(name, _)| *name == table).map(|(_, df)| df));
+                let Some(frame) = frame else {
+                    return Err(LoadError::Bug(format!("the batch has no `{table}` frame to stage")));
+                };
+                let mut df = frame.clone();
+                if shape == Shape::Fleet {
+                    let Some(org) = r.org.as_deref() else {
+                        return Err(LoadError::Bug(
+                            "a fleet warehouse's batch has a member without an organization".into(),
+                        ));
+                    };
+                    let height = df.height();
+                    df.with_column(polars::prelude::Column::new(catalog::ORGANIZATION.into(), vec![org; height]))
+                        .map_err(polars(table))?;
+                }
+                match &mut stacked {
+                    None => stacked = Some(df),
+                    // Stacked only on the same schema: a failed stack can leave the batch's
+                    // frame with part of the member's columns appended.
+                    Some(b) if b.schema() == df.schema() => {
+                        b.vstack_mut(&df).map_err(polars(table))?;
+                    }
+                    Some(_) => own.push((name, df)),
+                }
+            }
+            let mut written: Vec<(PathBuf, polars::prelude::DataFrame)> = vec![];
+            if let Some(mut b) = stacked {
+                b.rechunk_mut();
+                written.push((dir.join(format!("{table}.parquet")), b));
+            }
+            written.extend(own.into_iter().map(|(org, df)| (dir.join(table).join(format!("{org}.parquet")), df)));
+            for (path, mut df) in written {
+                write_parquet(&path, &mut df)?;
+                files.entry(table).or_default().push(path);
+            }
+        }
+        Ok(Staged { files, ms: laps.lap() })
+    }))
+    .unwrap_or_else(|panic| Err(panicked("stage the batch's tables", panic)))
+}
+
+/// Writes a staged frame as an uncompressed Parquet file (read back at once), creating its
+/// directory.
+pub(crate) fn write_parquet(path: &Path, df: &mut polars::prelude::DataFrame) -> Result<(), LoadError> {
+    use polars::prelude::{ParquetCompression, ParquetWriter};
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(crate::out::io_err("create", dir))?;
+    }
+    let file = std::fs::File::create(path).map_err(crate::out::io_err("create", path))?;
+    ParquetWriter::new(file)
+        .with_compression(ParquetCompression::Uncompressed)
+        .finish(df)
+        .map_err(|source| LoadError::Parquet { path: path.display().to_string(), source })?;
+    Ok(())
+}
+
+/// A load step that panicked (a bug), as an error of that member or batch alone.
+pub(crate) fn panicked(what: &str, panic: Box<dyn std::any::Any + Send>) -> LoadError {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    LoadError::Bug(format!("{what} panicked (see the log): {message}"))
+}
+
+/// SCD2 on `application_status_history`: close the current row of every application whose
+/// status changed and open a new one; first sightings open a row; and carry the first sighting
+/// into `applications.first_seen_at`. In a fleet warehouse, only the organizations `orgs`, each
+/// application's history its organization's. Returns the changes per organization (`None` for
+/// one organization's warehouse).
+fn record_history(
+    conn: &Connection,
+    shape: Shape,
+    orgs: &[String],
+) -> Result<BTreeMap<Option<String>, u64>, LoadError> {
+    let (key, first_key, scope, org_column, group, only) = match shape {
+        Shape::Fleet => {
+            let list = sql_list(orgs);
+            (
+                "h.organization = a.organization AND ",
+                "a.organization = f.organization AND ",
+                format!("a.organization IN ({list}) AND "),
+                "a.organization, ",
+                "organization, ",
+                format!("WHERE organization IN ({list}) "),
+            )
+        }
+        Shape::One => ("", "", String::new(), "", "", String::new()),
+    };
+    let returning = if shape == Shape::Fleet { "h.organization" } else { "CAST(NULL AS VARCHAR)" };
+    let close = format!(
+        "UPDATE application_status_history AS h SET valid_to = a.last_seen_at FROM applications AS a \
+         WHERE {scope}{key}h.id = a.id AND h.valid_to IS NULL AND h.status <> a.status AND a.last_seen_at > h.valid_from \
+         RETURNING {returning}"
+    );
+    let open = format!(
+        "INSERT INTO application_status_history \
+         SELECT {org_column}a.id, a.status, a.last_seen_at, NULL FROM applications AS a \
+         WHERE {scope}NOT EXISTS (SELECT 1 FROM application_status_history AS h WHERE {key}h.id = a.id AND h.valid_to IS NULL)"
+    );
+    let first = format!(
+        "UPDATE applications AS a SET first_seen_at = f.first FROM \
+         (SELECT {group}id, min(valid_from) AS first FROM application_status_history {only}GROUP BY {group}id) AS f \
+         WHERE {first_key}a.id = f.id AND f.first < a.first_seen_at"
+    );
+    let failed = |e| LoadError::db("close changed statuses in `application_status_history`", e);
+    let mut stmt = conn.prepare(&close).map_err(failed)?;
+    let mut changed = BTreeMap::new();
+    for org in stmt.query_map([], |r| r.get::<_, Option<String>>(0)).map_err(failed)? {
+        *changed.entry(org.map_err(failed)?).or_insert(0) += 1;
+    }
+    conn.execute_batch(&format!("{open};\n{first};"))
+        .map_err(|e| LoadError::db("open statuses in `application_status_history`", e))?;
+    Ok(changed)
+}
+
+/// One run's row of the `runs` ledger, for [`record_runs`].
+pub(crate) struct RunRow<'a> {
+    /// The organization, in a fleet warehouse; `None` in one organization's.
+    pub org: Option<&'a str>,
+    pub spec: &'a RunSpec,
+    pub report: Option<&'a ExtractReport>,
+    pub rows: &'a BTreeMap<String, u64>,
+    pub quality: &'a QualityReport,
+    pub timings: &'a LoadTimings,
+}
+
+/// Records runs in the `runs` ledger, with one statement (all of one warehouse kind: every row
+/// with an organization, or none): DuckDB inserts many rows at once for about the cost of one.
+///
+/// Loading the run the warehouse holds again rebuilds the same tables: its ledger row stays as
+/// the first load wrote it (when it finished, what it found, what it rests on). Loading an
+/// older run replaces its row, since the warehouse then holds that run's data.
+pub(crate) fn record_runs(conn: &Connection, runs: &[RunRow]) -> Result<(), LoadError> {
+    let Some(first) = runs.first() else { return Ok(()) };
+    let keyed = first.org.is_some();
+    let read = |e| LoadError::db("read `runs`", e);
+    // The latest run of each organization (of the warehouse, keyed `None`, in one organization's).
+    let latest: BTreeMap<Option<String>, String> = if keyed {
+        let orgs: Vec<String> = runs.iter().filter_map(|r| r.org.map(str::to_owned)).collect();
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT organization, arg_max(run_id, finished_at) FROM runs WHERE organization IN ({}) GROUP BY 1",
+                sql_list(&orgs)
+            ))
+            .map_err(read)?;
+        // An organization whose runs all lack `finished_at` has no latest run (NULL).
+        let latest: Vec<(String, Option<String>)> = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)))
+            .map_err(read)?
+            .collect::<Result<_, _>>()
+            .map_err(read)?;
+        latest.into_iter().filter_map(|(org, run)| Some((Some(org), run?))).collect()
+    } else {
+        warehouse::latest_run(conn)?.map(|run| (None, run)).into_iter().collect()
+    };
+    let (org_column, org_param) = if keyed { ("organization, ", "?, ") } else { ("", "") };
+    let row = format!(
+        "({org_param}?, ?::TIMESTAMPTZ, now(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false, ?, ?, ?, ?, ?, \
+         CASE WHEN ? = 'full' THEN now() ELSE ?::TIMESTAMPTZ END, ?)"
+    );
+    let mut values: Vec<Box<dyn duckdb::ToSql>> = vec![];
+    let mut recorded = 0;
+    for run in runs {
+        let RunRow { org, spec, report, rows, quality, timings } = *run;
+        if latest.get(&org.map(str::to_owned)).map(String::as_str) == Some(spec.run_id.as_str()) {
+            continue;
+        }
+        // The load's own time before the transaction: reading the state and staging.
+        let load_ms = timings.read_state + timings.stage;
+        let json = |v: serde_json::Value| v.to_string();
+        let requests = report.map(|r| &r.requests);
+        let warnings: Vec<String> =
+            report.map_or_else(Vec::new, |r| r.warnings.clone()).into_iter().chain(quality.findings.clone()).collect();
+        if let Some(org) = org {
+            values.push(Box::new(org.to_owned()));
+        }
+        recorded += 1;
+        values.extend::<[Box<dyn duckdb::ToSql>; 21]>([
+            Box::new(spec.run_id.clone()),
+            Box::new(report.map(|r| r.started_at.to_rfc3339())),
+            Box::new(report.map_or("loaded", |r| r.status.as_str()).to_owned()),
+            Box::new(report.and_then(|r| r.durations_ms.extract).map(|v| v as i64)),
+            Box::new(timings.transform as i64),
+            Box::new(load_ms as i64),
+            Box::new(requests.map(|m| m.requests_total as i64)),
+            Box::new(requests.map(|m| m.retries as i64)),
+            Box::new(requests.map(|m| m.rate_limited as i64)),
+            Box::new(requests.map(|m| m.pacing_wait_ms as i64)),
+            Box::new(json(serde_json::json!(rows))),
+            Box::new(json(serde_json::json!(warnings))),
+            Box::new(quality.status_changes as i64),
+            Box::new(report.and_then(|r| serde_json::to_string(r).ok())),
+            Box::new(warnings.len() as i64),
+            Box::new(spec.sync.as_str().to_owned()),
+            Box::new(warehouse::sync_scope(&spec.statuses, spec.campaign_id)),
+            Box::new(report.map(|r| r.sync.pages_verified as i64)),
+            Box::new(spec.sync.as_str().to_owned()),
+            Box::new(report.and_then(|r| r.sync.last_reconcile_at).map(|t| t.to_rfc3339())),
+            Box::new(report.map(|r| r.sync.counts_agree)),
+        ]);
+    }
+    if recorded == 0 {
+        return Ok(());
+    }
+    let params: Vec<&dyn duckdb::ToSql> = values.iter().map(|b| b.as_ref()).collect();
+    conn.execute(
+        &format!(
+            "INSERT OR REPLACE INTO runs ({org_column}run_id, started_at, finished_at, status, extract_ms, transform_ms, load_ms, \
+             requests, retries, rate_limited, pacing_wait_ms, rows_json, warnings_json, status_changes, \
+             parquet_exported, report_json, warnings, sync_mode, sync_scope, pages_verified, last_reconcile_at, \
+             counts_agree) VALUES {}",
+            vec![row; recorded].join(", ")
+        ),
+        params.as_slice(),
+    )
+    .map_err(|e| LoadError::db("record the runs in `runs`", e))?;
+    Ok(())
+}
+
+/// Marks the runs of the Parquet tree's last export exported.
+pub(crate) fn mark_exported(conn: &Connection, run_id: Option<&str>) -> Result<(), LoadError> {
+    let done = match run_id {
+        Some(run) => conn.execute("UPDATE runs SET parquet_exported = true WHERE run_id = ?", params![run]),
+        None => conn.execute("UPDATE runs SET parquet_exported = true WHERE NOT parquet_exported", []),
+    };
+    done.map(|_| ()).map_err(|e| LoadError::db("record the export", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_catalogs_frames_are_the_transforms() {
+        let frames = crate::transform::Frames::default();
+        let made: Vec<&str> = frames.tables().iter().map(|(name, _)| *name).collect();
+        let declared: Vec<&str> = catalog::frames().map(|t| t.name).collect();
+        assert_eq!(made, declared);
+        assert!(catalog::TABLES.iter().filter(|t| t.role == catalog::Role::Frame).all(|t| t.exported));
+    }
+}

@@ -1,0 +1,554 @@
+//! The fleet warehouse: every organization of a fleet in one DuckDB file, with the lake's
+//! schema (every table has `organization`), loaded in batches.
+//!
+//! `fleet run` keeps it under the fleet's `--out` as any warehouse is kept: the writer's file
+//! `OUT/state/warehouse.duckdb`, published to readers as `OUT/warehouse.duckdb`, and one Parquet
+//! tree `OUT/parquet/<table>/organization=<name>/…`. What must stay an organization's own stays
+//! under `OUT/orgs/<name>/`: its raw landing, resume state, lock, pacing memory and action
+//! journal.
+//!
+//! - **Reading one organization.** [`FleetWarehouse::with_org`] shadows every table with a
+//!   temporary view of that organization's rows, without the `organization` column, so the
+//!   one-organization readers (the quick sync's snapshot, the content cursor, the load's previous
+//!   state) read it unchanged.
+//! - **Loading a batch.** [`FleetWarehouse::load`] prepares each member as a one-organization
+//!   load does ([`super::prepare`]), then commits them all through the load's one commit
+//!   ([`super::commit`]): per table, the members' rows deleted and the batch's inserted, their
+//!   keys checked first; then the status history (SCD2) and one `runs` row per member. A member
+//!   that fails its preparation (a data-quality failure under `--strict`, an unreadable row)
+//!   fails alone; a transaction that fails is retried member by member, so one member's error
+//!   never costs the others their load. A crash before the commit leaves every member as it
+//!   was: each resumes and converges on the next run.
+//! - **Publishing.** [`FleetWarehouse::publish`] exports the Parquet tree and publishes the
+//!   snapshot, for all the batches loaded since the last publish; the caller decides how often.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use duckdb::Connection;
+
+use super::catalog::{self, Shape};
+use super::commit::{self, Ready};
+use super::parquet::{export_tables, Export};
+use super::prepare::prepare;
+use super::warehouse::{self, sql_list, sql_literal};
+use super::{LoadError, LoadReport};
+use crate::extract::{ExtractReport, Extracted};
+use crate::out::OutDir;
+
+/// One member's result of a batch: its name, and its load's report or error.
+pub type MemberResult = (String, Result<LoadReport, LoadError>);
+
+/// One organization's extracted run, for a batch.
+pub struct Member {
+    pub org: String,
+    pub extracted: Extracted,
+    pub report: Option<ExtractReport>,
+    /// The lake the organization's rows are committed to after its batch's load.
+    pub lake: Option<super::lake::LakeConfig>,
+    /// It has an actions stage after its load (its lake `runs` row waits for it).
+    pub actions: bool,
+}
+
+/// What every member of a fleet's batches is loaded with.
+#[derive(Clone, Debug)]
+pub struct BatchConfig {
+    pub cohort_edges: Vec<i64>,
+    /// A member whose data-quality checks find a problem fails (alone).
+    pub strict: bool,
+    /// How long a replaced Parquet version stays for readers.
+    pub parquet_grace: Duration,
+}
+
+/// The fleet's writer warehouse, held open across batches. The caller holds the fleet's
+/// `--out` lock.
+pub struct FleetWarehouse {
+    out: OutDir,
+    conn: Option<Connection>,
+    /// A second connection to the warehouse whose temporary views show one organization's rows
+    /// ([`FleetWarehouse::with_org`]); dropped whenever `conn` is.
+    reader: Option<Connection>,
+    /// The organizations whose rows the reader's group tables hold ([`FleetWarehouse::gather`]);
+    /// emptied by every write.
+    group: BTreeSet<String>,
+    grace: Duration,
+    /// Loads since the last publish (or an export a crash interrupted).
+    unpublished: bool,
+    /// The organizations whose rows changed since the Parquet tree's last export: the next
+    /// export writes only theirs.
+    dirty: BTreeSet<String>,
+    /// The organizations with a loaded run.
+    loaded: BTreeSet<String>,
+}
+
+impl FleetWarehouse {
+    /// Opens (creating) the fleet warehouse under `out` and brings its schema up to date.
+    pub fn open(out: &OutDir, grace: Duration) -> Result<Self, LoadError> {
+        let mut w = FleetWarehouse {
+            out: out.clone(),
+            conn: None,
+            reader: None,
+            group: BTreeSet::new(),
+            grace,
+            unpublished: false,
+            dirty: BTreeSet::new(),
+            loaded: BTreeSet::new(),
+        };
+        super::clean_leftovers(out);
+        // A publish killed after its export, or a snapshot missing or older than the writer's
+        // file or its WAL: the readers are behind. (Read before DuckDB opens the file.)
+        let modified = |p: PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let writer = out.writer_warehouse();
+        let written = modified(writer.clone()).max(modified(PathBuf::from(format!("{}.wal", writer.display()))));
+        let behind = match (written, modified(out.warehouse())) {
+            (Some(written), Some(published)) => written > published,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        let conn = w.conn()?;
+        // A crash between a batch's commit and the publish (or during an export) left the
+        // readers behind too: those organizations' runs are not marked exported.
+        let read = |e| LoadError::db("read `runs`", e);
+        let mut stmt =
+            conn.prepare("SELECT DISTINCT organization FROM runs WHERE NOT parquet_exported").map_err(read)?;
+        let unexported: BTreeSet<String> =
+            stmt.query_map([], |r| r.get(0)).map_err(read)?.collect::<Result<_, _>>().map_err(read)?;
+        drop(stmt);
+        w.unpublished = !unexported.is_empty() || behind;
+        w.dirty = unexported;
+        w.loaded = w.organizations()?;
+        Ok(w)
+    }
+
+    /// The open connection, reopened after a publish closed it.
+    fn conn(&mut self) -> Result<&Connection, LoadError> {
+        if self.conn.is_none() {
+            let conn = warehouse::open_writer_of(&self.out, Shape::Fleet)?;
+            // A batch's changes reach the file at the next publish's checkpoint, not at each
+            // commit: DuckDB's automatic checkpoint (after 16 MB of log) rewrote the tables'
+            // changed row groups every batch or two, about a second each at 1,000 organizations.
+            // The log is synced at every commit as before.
+            conn.execute_batch("SET checkpoint_threshold = '4GB';")
+                .map_err(|e| LoadError::db("configure the fleet warehouse", e))?;
+            self.conn = Some(conn);
+        }
+        Ok(self.conn.as_ref().expect("opened above"))
+    }
+
+    /// The organizations with a loaded run.
+    pub fn organizations(&mut self) -> Result<BTreeSet<String>, LoadError> {
+        let conn = self.conn()?;
+        let mut stmt =
+            conn.prepare("SELECT DISTINCT organization FROM runs").map_err(|e| LoadError::db("read `runs`", e))?;
+        let orgs = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(|e| LoadError::db("read `runs`", e))?
+            .collect::<Result<BTreeSet<_>, _>>()
+            .map_err(|e| LoadError::db("read `runs`", e))?;
+        Ok(orgs)
+    }
+
+    /// Closes the connections (the reader first): the next use reopens the file.
+    fn close(&mut self) -> Option<Connection> {
+        self.reader = None;
+        self.group.clear();
+        self.conn.take()
+    }
+
+    /// The fleet warehouse's database, as a quoted SQL name: the reader's temporary tables and
+    /// views are in the temporary database, whose schema is also `main`, so the warehouse's
+    /// tables are named with their database.
+    fn database(&mut self) -> Result<String, LoadError> {
+        let name: String = self
+            .conn()?
+            .query_row("SELECT current_database()", [], |r| r.get(0))
+            .map_err(|e| LoadError::db("read the database's name", e))?;
+        Ok(format!("\"{}\"", name.replace('"', "\"\"")))
+    }
+
+    /// The reader connection, made on first use: every table is shadowed by a temporary view of
+    /// the rows of the organization named by the connection's variable `creator_etl_org`,
+    /// without `organization`. Temporary views and variables are the connection's own, so the
+    /// writer's connection never sees them.
+    fn reader(&mut self) -> Result<&Connection, LoadError> {
+        if self.reader.is_none() {
+            let failed = |e| LoadError::db("open the fleet warehouse's reader", e);
+            let db = self.database()?;
+            let reader = self.conn()?.try_clone().map_err(failed)?;
+            let mut views = String::new();
+            for t in catalog::fleet_tables() {
+                views.push_str(&format!(
+                    "CREATE TEMP TABLE group_{t} AS SELECT * FROM {db}.main.{t} LIMIT 0;\n\
+                     CREATE TEMP VIEW {t} AS SELECT * EXCLUDE (organization) FROM temp.main.group_{t} \
+                     WHERE organization = getvariable('creator_etl_org');\n"
+                ));
+            }
+            reader.execute_batch(&views).map_err(failed)?;
+            self.reader = Some(reader);
+            self.group.clear();
+        }
+        Ok(self.reader.as_ref().expect("made above"))
+    }
+
+    /// Copies the rows of the organizations `orgs` of every table into the reader's group
+    /// tables, with one scan of each table: the reads of each of them then scan their group's
+    /// rows, not the fleet's. Every write empties the group, so a group never holds rows older
+    /// than the warehouse's.
+    pub fn gather(&mut self, orgs: &[String]) -> Result<(), LoadError> {
+        let db = self.database()?;
+        let list = sql_list(orgs);
+        let mut sql = String::new();
+        for t in catalog::fleet_tables() {
+            sql.push_str(&format!(
+                "DELETE FROM temp.main.group_{t};\n\
+                 INSERT INTO temp.main.group_{t} SELECT * FROM {db}.main.{t} WHERE organization IN ({list});\n"
+            ));
+        }
+        self.group.clear();
+        let gathered = self.reader()?.execute_batch(&sql);
+        if let Err(e) = gathered {
+            self.reader = None;
+            return Err(LoadError::db("read the organizations' rows", e));
+        }
+        self.group.extend(orgs.iter().cloned());
+        Ok(())
+    }
+
+    /// Whether organization `org`'s rows are in the reader's group.
+    pub fn gathered(&self, org: &str) -> bool {
+        self.group.contains(org)
+    }
+
+    /// Runs `read` on organization `org`'s rows, through the reader connection's views (the
+    /// one-organization readers read them unchanged): of its group's tables, gathered now if
+    /// it is not in the current group. One statement per call: the views are made once per
+    /// connection.
+    pub fn with_org<T>(
+        &mut self,
+        org: &str,
+        read: impl FnOnce(&Connection) -> Result<T, LoadError>,
+    ) -> Result<T, LoadError> {
+        if !self.group.contains(org) {
+            self.gather(&[org.to_owned()])?;
+        }
+        let reader = self.reader()?;
+        let result = match reader.execute_batch(&format!("SET VARIABLE creator_etl_org = {};", sql_literal(org))) {
+            Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(reader)))
+                .unwrap_or_else(|panic| Err(commit::panicked(&format!("read organization `{org}`'s rows"), panic))),
+            Err(e) => Err(LoadError::db(format!("read organization `{org}`'s rows"), e)),
+        };
+        // A read that failed may have left the reader in a failed transaction: it is made again.
+        if result.is_err() {
+            self.reader = None;
+            self.group.clear();
+        }
+        result
+    }
+
+    /// Loads a batch: every member prepared, then all of them committed in one transaction.
+    /// Returns each member's result, in the order given; a member's error is its own.
+    pub fn load(&mut self, members: Vec<Member>, config: &BatchConfig) -> Vec<MemberResult> {
+        let order: Vec<String> = members.iter().map(|m| m.org.clone()).collect();
+        let mut results: BTreeMap<String, Result<LoadReport, LoadError>> = BTreeMap::new();
+        let mut ready: Vec<(String, Ready)> = vec![];
+        // Every member's previous rows in one scan per table (a member that cannot be gathered
+        // with the others is read alone, and fails alone).
+        if let Err(e) = self.gather(&order) {
+            tracing::warn!(error = %e, "cannot read the batch's previous rows together; reading them one by one");
+        }
+        for Member { org, extracted, report, .. } in members {
+            let prepared = self.with_org(&org, |conn| prepare(conn, extracted, &config.cohort_edges));
+            let prepared = prepared.and_then(|p| {
+                if config.strict && p.quality.fails_strict() {
+                    return Err(LoadError::Strict(p.quality.findings.join("; ")));
+                }
+                Ok(Ready {
+                    org: Some(org.clone()),
+                    frames: Some(p.frames),
+                    spec: p.spec,
+                    quality: p.quality,
+                    report,
+                    timings: p.timings,
+                })
+            });
+            match prepared {
+                Ok(r) => ready.push((org, r)),
+                Err(e) => {
+                    results.insert(org, Err(e));
+                }
+            }
+        }
+        // Where a batch's time goes, summed over its members: the per-organization cost.
+        let (read_state, transform) =
+            ready.iter().fold((0, 0), |(a, b), (_, r)| (a + r.timings.read_state, b + r.timings.transform));
+        let started = std::time::Instant::now();
+        // A directory of its own: batches (and the lake's staging) overlap in time.
+        match crate::out::unique_dir(&self.out.staging_dir(), "batch-") {
+            Ok(staging) => {
+                for (org, result) in self.commit(ready, &staging) {
+                    results.insert(org, result);
+                }
+                if let Err(e) = std::fs::remove_dir_all(&staging) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        tracing::warn!(path = %staging.display(), error = %e, "cannot remove a batch's staged files");
+                    }
+                }
+            }
+            Err(e) => {
+                let e = LoadError::from(e);
+                for (org, _) in ready {
+                    results.insert(org, Err(LoadError::Bug(format!("cannot stage the batch: {e}"))));
+                }
+            }
+        }
+        tracing::debug!(
+            members = order.len(),
+            read_state,
+            transform,
+            commit_ms = started.elapsed().as_millis() as u64,
+            "batch stages (ms, summed over members)"
+        );
+        order
+            .into_iter()
+            .map(|org| {
+                let result = results.remove(&org).unwrap_or_else(|| {
+                    Err(LoadError::Bug(format!("organization `{org}` was given twice in one batch")))
+                });
+                (org, result)
+            })
+            .collect()
+    }
+
+    /// Commits the ready members (with their names) in one transaction; if it fails, each member
+    /// alone.
+    fn commit(&mut self, ready: Vec<(String, Ready)>, staging: &Path) -> Vec<MemberResult> {
+        if ready.is_empty() {
+            return vec![];
+        }
+        self.group.clear();
+        let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.commit_all(&ready, staging)))
+            .unwrap_or_else(|panic| Err(commit::panicked("load the batch", panic)));
+        if committed.is_err() {
+            // A failed statement can leave the connection unusable (DuckDB invalidates a
+            // database after some errors): the next attempt reopens the file.
+            self.close();
+        }
+        match committed {
+            Ok(reports) => reports,
+            Err(e) if ready.len() == 1 => vec![(ready[0].0.clone(), Err(e))],
+            Err(e) => {
+                tracing::warn!(error = %e, members = ready.len(), "a batch's load failed; loading its members one by one");
+                ready.into_iter().flat_map(|r| self.commit(vec![r], staging)).collect()
+            }
+        }
+    }
+
+    fn commit_all(&mut self, named: &[(String, Ready)], staging: &Path) -> Result<Vec<MemberResult>, LoadError> {
+        let orgs: Vec<String> = named.iter().map(|(org, _)| org.clone()).collect();
+        let ready: Vec<&Ready> = named.iter().map(|(_, r)| r).collect();
+        // A batch's attempt, or one member's after the batch failed: a directory of its own.
+        let dir = staging.join(match orgs.as_slice() {
+            [one] => one.as_str(),
+            _ => "batch",
+        });
+        let staged = commit::stage(&ready, Shape::Fleet, &dir)?;
+        let conn = self.conn()?;
+        let committed = commit::write(conn, Shape::Fleet, &ready, &staged)?;
+        self.unpublished = true;
+        self.dirty.extend(orgs.iter().cloned());
+        self.loaded.extend(orgs);
+        let (published, parquet_dir) = (self.out.warehouse(), self.out.parquet_dir());
+        Ok(committed
+            .into_iter()
+            .zip(named)
+            .map(|(c, (org, r))| {
+                let org = org.clone();
+                for f in &c.quality.findings {
+                    tracing::warn!(organization = %org, finding = %f, "data quality");
+                }
+                let mut stages_ms = c.timings;
+                stages_ms.total = stages_ms.sum();
+                let report = LoadReport {
+                    run_id: r.spec.run_id.clone(),
+                    warehouse: published.clone(),
+                    parquet_dir: parquet_dir.clone(),
+                    rows: c.rows,
+                    quality: c.quality,
+                    stages_ms,
+                    lake: None,
+                };
+                (org, Ok(report))
+            })
+            .collect())
+    }
+
+    /// Takes an organization's own warehouse (`own`, from a fleet run with
+    /// `--warehouse per-org`, or restored from the lake) into the fleet warehouse when the
+    /// fleet warehouse has no run of it: its tables, history, ledger and actions' results, so
+    /// that its quick sync and its history go on from there. Returns whether it did.
+    pub fn adopt(&mut self, org: &str, own: &OutDir) -> Result<bool, LoadError> {
+        if self.loaded.contains(org) || !own.writer_warehouse().exists() {
+            return Ok(false);
+        }
+        // An older creator-etl may have written it: bring it to this version's schema first.
+        drop(warehouse::open_writer(own)?);
+        let copied = self.copy_from(org, own, &catalog::fleet_tables())?;
+        if copied {
+            self.loaded.insert(org.to_owned());
+            // Its readers must move too: the snapshot they read stays as it was.
+            tracing::warn!(
+                organization = %org,
+                from = %own.writer_warehouse().display(),
+                "the organization's own warehouse was taken into the fleet warehouse; its own snapshot `{}` is no longer updated: read `{}` (with `query --org {org}`, or `CREATOR_ETL_ORG={org}` in the notebooks)",
+                own.warehouse().display(),
+                self.out.warehouse().display()
+            );
+        }
+        Ok(copied)
+    }
+
+    /// Whether organization `org` has a loaded run in the fleet warehouse (after
+    /// [`FleetWarehouse::adopt`]).
+    pub fn has_loaded(&self, org: &str) -> bool {
+        self.loaded.contains(org)
+    }
+
+    /// The runs of organization `org` the fleet warehouse has loaded (after taking its own
+    /// warehouse in, [`FleetWarehouse::adopt`]): what a restore from the lake compares with.
+    pub fn known_runs(&mut self, org: &str, own: &OutDir) -> Result<BTreeSet<String>, LoadError> {
+        self.adopt(org, own)?;
+        let conn = self.conn()?;
+        let read = |e| LoadError::db("read `runs`", e);
+        let mut stmt = conn.prepare("SELECT run_id FROM runs WHERE organization = ?").map_err(read)?;
+        let runs = stmt
+            .query_map([org], |r| r.get::<_, String>(0))
+            .map_err(read)?
+            .collect::<Result<BTreeSet<_>, _>>()
+            .map_err(read)?;
+        Ok(runs)
+    }
+
+    /// Takes what a restore from the lake wrote into the organization's own warehouse: every
+    /// table (`everything`: the lake held runs the fleet warehouse did not know), or its
+    /// actions' results alone (the lake's journal was ahead).
+    pub fn take_restored(&mut self, org: &str, own: &OutDir, everything: bool) -> Result<(), LoadError> {
+        if !everything {
+            return self.record_actions(org, own);
+        }
+        if self.copy_from(org, own, &catalog::fleet_tables())? {
+            self.loaded.insert(org.to_owned());
+        }
+        Ok(())
+    }
+
+    /// Stages the rows of `orgs` of the named lake tables under `dir`, for one lake commit per
+    /// table ([`super::lake::commit_organizations`]).
+    pub fn stage_lake(
+        &mut self,
+        orgs: &[String],
+        tables: &[&str],
+        dir: &Path,
+    ) -> Result<BTreeMap<String, BTreeMap<String, u64>>, LoadError> {
+        let conn = self.conn()?;
+        super::lake::stage_organizations(conn, orgs, tables, dir)
+    }
+
+    /// A new directory of its own for a batch's staged lake files (batches overlap in time),
+    /// cleaned up by the next open if a crash leaves it.
+    pub fn lake_staging(&self) -> Result<PathBuf, LoadError> {
+        Ok(crate::out::unique_dir(&self.out.staging_dir(), "lake-")?)
+    }
+
+    /// Copies the organization's actions' results from its own warehouse (where its journal
+    /// is) after an actions stage: they replace its rows of `action_results`.
+    pub fn record_actions(&mut self, org: &str, own: &OutDir) -> Result<(), LoadError> {
+        self.copy_from(org, own, &["action_results"]).map(|_| ())
+    }
+
+    /// Replaces the organization's rows of `tables` with those of its own warehouse, in one
+    /// transaction. `false` (nothing changed) when its own warehouse has loaded no run and the
+    /// copy is of every table.
+    fn copy_from(&mut self, org: &str, own: &OutDir, copied: &[&str]) -> Result<bool, LoadError> {
+        let path = sql_literal(&own.writer_warehouse().display().to_string());
+        let org_literal = sql_literal(org);
+        self.group.clear();
+        let conn = self.conn()?;
+        conn.execute_batch(&format!("ATTACH {path} AS own_warehouse (READ_ONLY);"))
+            .map_err(|e| LoadError::db(format!("open organization `{org}`'s own warehouse"), e))?;
+        let result = (|| -> Result<bool, LoadError> {
+            if copied.contains(&"runs") {
+                let runs: i64 = conn
+                    .query_row("SELECT count(*) FROM own_warehouse.runs", [], |r| r.get(0))
+                    .map_err(|e| LoadError::db("read its `runs`", e))?;
+                if runs == 0 {
+                    return Ok(false);
+                }
+            }
+            let mut sql = String::new();
+            for t in copied {
+                sql.push_str(&format!(
+                    "DELETE FROM {t} WHERE organization = {org_literal};\n\
+                     INSERT INTO {t} BY NAME SELECT {org_literal} AS organization, * FROM own_warehouse.{t};\n"
+                ));
+            }
+            if copied.contains(&"runs") {
+                // Its rows are not in the fleet's Parquet tree yet (a crash before the publish
+                // leaves this for the next one).
+                sql.push_str(&format!(
+                    "UPDATE runs SET parquet_exported = false WHERE organization = {org_literal};\n"
+                ));
+            }
+            let failed = |e| LoadError::db(format!("copy organization `{org}`'s own warehouse"), e);
+            let tx = conn.unchecked_transaction().map_err(failed)?;
+            tx.execute_batch(&sql).map_err(failed)?;
+            tx.commit().map_err(failed)?;
+            Ok(true)
+        })();
+        let detached = conn.execute_batch("DETACH own_warehouse;");
+        let copied = result?;
+        detached.map_err(|e| LoadError::db("close the organization's own warehouse", e))?;
+        if copied {
+            self.unpublished = true;
+            self.dirty.insert(org.to_owned());
+        }
+        Ok(copied)
+    }
+
+    /// Whether loads are waiting for [`FleetWarehouse::publish`].
+    pub fn unpublished(&self) -> bool {
+        self.unpublished
+    }
+
+    /// Exports the Parquet tree and publishes the readers' snapshot, with one rename each, if
+    /// anything was loaded since the last publish.
+    pub fn publish(&mut self) -> Result<(), LoadError> {
+        if !self.unpublished {
+            return Ok(());
+        }
+        let (out, grace) = (self.out.clone(), self.grace);
+        // Only the organizations whose rows changed are written; the others' files are linked
+        // from the current version. Nothing changed (a snapshot behind, alone): no export.
+        let dirty = std::mem::take(&mut self.dirty);
+        if !dirty.is_empty() {
+            let exported = self.conn().and_then(|conn| {
+                let label = format!("fleet-{}", crate::out::new_run_id());
+                export_tables(conn, &out, &label, grace, Export::Keyed(Some(&dirty)))?;
+                commit::mark_exported(conn, None)
+            });
+            if let Err(e) = exported {
+                self.dirty.extend(dirty);
+                return Err(e);
+            }
+        }
+        self.conn()?;
+        crate::out::crash_point("fleet-publish-before-snapshot");
+        let conn = self.close().expect("opened above");
+        warehouse::publish(conn, &out)?;
+        self.unpublished = false;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

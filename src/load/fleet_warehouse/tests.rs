@@ -1,0 +1,251 @@
+//! The fleet warehouse's unit tests: batches replace exactly their members' rows, a member fails alone, the publish.
+
+use super::*;
+use crate::api::models::{Application, ApplicationStatus, ConnectedAccount, Provider, SignupSource};
+use crate::extract::{ContentRow, Metric, Observation, RunSpec, SyncMode};
+use chrono::{DateTime, Duration as Days, NaiveDate, Utc};
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+}
+
+/// A complete full run of `apps` (id, status) and `days` of content ending 2026-11-01, each
+/// value offset by `bias` so that organizations differ.
+fn run(run_id: &str, apps: &[(i64, ApplicationStatus)], days: i64, bias: i64) -> Extracted {
+    let to = NaiveDate::from_ymd_opt(2026, 11, 1).unwrap();
+    let from = to - Days::days(days - 1);
+    let observed = at("2026-11-02T00:00:00Z") + Days::seconds(bias);
+    let applications = apps
+        .iter()
+        .map(|(id, status)| Observation {
+            seq: 0,
+            first_pass: 1,
+            observed_at: observed,
+            app: Application {
+                id: *id,
+                status: status.clone(),
+                campaign_id: 1,
+                campaign_name: "Spring".into(),
+                user_id: id * 10,
+                creator_name: format!("creator {id}"),
+                email: None,
+                signup_source: SignupSource::Marketplace,
+                connected_accounts: vec![ConnectedAccount {
+                    id: id * 100,
+                    provider: Provider::TikTok,
+                    username: None,
+                    monthly_post_count: id % 7 + bias,
+                }],
+                applied_at: at("2026-06-01T00:00:00Z") + Days::days(*id),
+            },
+        })
+        .collect();
+    let mut content = vec![];
+    let mut day = from;
+    while day <= to {
+        for metric in [Metric::Views, Metric::Likes] {
+            content.push(ContentRow {
+                metric,
+                date: day,
+                last_date: day - Days::days(7),
+                current: 100 + bias,
+                last: 90 + bias,
+                total: 0,
+                last_total: 0,
+            });
+        }
+        day += Days::days(1);
+    }
+    // The windows' totals are the sums of their days, as the service sends them.
+    for metric in [Metric::Views, Metric::Likes] {
+        let (total, last_total) =
+            content.iter().filter(|r| r.metric == metric).fold((0, 0), |(a, b), r| (a + r.current, b + r.last));
+        for r in content.iter_mut().filter(|r| r.metric == metric) {
+            r.total = total;
+            r.last_total = last_total;
+        }
+    }
+    Extracted {
+        spec: RunSpec {
+            run_id: run_id.into(),
+            created_at: observed,
+            base_url: "test".into(),
+            statuses: ApplicationStatus::KNOWN.iter().map(|s| s.to_string()).collect(),
+            campaign_id: None,
+            max_passes: 1,
+            from,
+            to,
+            window_days: days as u32,
+            sync: SyncMode::Full,
+            base_run: None,
+        },
+        applications,
+        content,
+        complete: true,
+        quick: None,
+    }
+}
+
+fn config(strict: bool) -> BatchConfig {
+    BatchConfig {
+        cohort_edges: crate::transform::DEFAULT_COHORT_EDGES.to_vec(),
+        strict,
+        parquet_grace: Duration::from_secs(3600),
+    }
+}
+
+fn member(org: &str, extracted: Extracted) -> Member {
+    Member { org: org.into(), extracted, report: None, lake: None, actions: false }
+}
+
+fn count(conn: &Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// A `--out` whose path has `key=value` folders (`organization=` among them) loads each
+/// member under its own name: the name never comes from a path.
+#[test]
+fn an_out_path_with_partition_like_folders_loads_each_member_as_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutDir::new(dir.path().join("organization=main").join("env=prod"));
+    let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+    use ApplicationStatus::Pending;
+    let outcomes = w.load(
+        vec![member("a", run("r1", &[(1, Pending)], 7, 0)), member("b", run("r1", &[(2, Pending)], 7, 1))],
+        &config(false),
+    );
+    assert!(
+        outcomes.iter().all(|(_, r)| r.is_ok()),
+        "{:?}",
+        outcomes.iter().map(|(_, r)| r.as_ref().err()).collect::<Vec<_>>()
+    );
+    let conn = w.conn().unwrap();
+    assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = 'a' AND id = 1"), 1);
+    assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = 'b' AND id = 2"), 1);
+    assert_eq!(count(conn, "SELECT count(DISTINCT organization) FROM content_daily"), 2);
+    // One organization's load reads its staged files the same way.
+    let single = super::super::LoadConfig {
+        out: OutDir::new(dir.path().join("single").join("env=prod")),
+        cohort_edges: crate::transform::DEFAULT_COHORT_EDGES.to_vec(),
+        strict: false,
+        parquet_grace: Duration::from_secs(3600),
+        lake: None,
+    };
+    let report = super::super::load_extracted(&single, run("r1", &[(1, Pending)], 7, 0), None).unwrap();
+    assert_eq!(report.rows["applications"], 1);
+}
+
+/// Two organizations in one batch, then one of them again: each holds exactly its own rows,
+/// reads back through its views as one organization's warehouse, and the other's rows, history
+/// and ledger are untouched.
+#[test]
+fn a_batch_replaces_exactly_its_members_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutDir::new(dir.path());
+    let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+    use ApplicationStatus::{Accepted, Pending, Rejected};
+    let outcomes = w.load(
+        vec![
+            member("acme", run("r1", &[(1, Pending), (2, Accepted)], 14, 0)),
+            member("0042", run("r1", &[(1, Rejected), (3, Pending), (4, Pending)], 21, 5)),
+        ],
+        &config(false),
+    );
+    let names: Vec<&str> = outcomes.iter().map(|(o, _)| o.as_str()).collect();
+    assert_eq!(names, ["acme", "0042"], "outcomes come back in the members' order");
+    let reports: BTreeMap<String, LoadReport> = outcomes.into_iter().map(|(o, r)| (o, r.expect("loaded"))).collect();
+    assert_eq!(reports["acme"].rows["applications"], 2);
+    assert_eq!(reports["0042"].rows["applications"], 3);
+    assert_eq!(reports["0042"].rows["content_daily"], 42);
+    assert_eq!(w.organizations().unwrap(), ["0042".to_owned(), "acme".to_owned()].into());
+    // The organization's name is text, never a number read from its path.
+    let conn = w.conn().unwrap();
+    assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = '0042'"), 3);
+    let views = w
+        .with_org("acme", |c| {
+            Ok((
+                warehouse::applications_where(c, "true")?.len(),
+                warehouse::content(c)?.len(),
+                warehouse::latest_run(c)?,
+            ))
+        })
+        .unwrap();
+    assert_eq!(views, (2, 28, Some("r1".to_owned())));
+    // Views are gone after the read: the tables have every organization again.
+    assert_eq!(count(w.conn().unwrap(), "SELECT count(DISTINCT organization) FROM applications"), 2);
+
+    // acme again, one application changed status and one gone: only acme's rows move.
+    let outcomes = w.load(vec![member("acme", run("r2", &[(1, Accepted)], 14, 1))], &config(false));
+    let report = outcomes.into_iter().next().unwrap().1.expect("loaded");
+    assert_eq!(report.quality.status_changes, 1);
+    let conn = w.conn().unwrap();
+    assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = 'acme'"), 1);
+    assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = '0042'"), 3);
+    assert_eq!(
+        count(conn, "SELECT count(*) FROM application_status_history WHERE organization = 'acme' AND id = 1"),
+        2,
+        "acme's application 1: pending, then accepted"
+    );
+    assert_eq!(count(conn, "SELECT count(*) FROM application_status_history WHERE organization = '0042'"), 3);
+    assert_eq!(count(conn, "SELECT count(*) FROM runs WHERE organization = 'acme'"), 2);
+    assert_eq!(count(conn, "SELECT count(*) FROM runs WHERE organization = '0042'"), 1);
+    // Loading the same run again changes nothing.
+    let again = w.load(vec![member("acme", run("r2", &[(1, Accepted)], 14, 1))], &config(false));
+    assert_eq!(again[0].1.as_ref().unwrap().rows, report.rows);
+    assert_eq!(count(w.conn().unwrap(), "SELECT count(*) FROM runs WHERE organization = 'acme'"), 2);
+}
+
+/// Under `--strict`, a member whose content fails the checks fails alone: the others of its
+/// batch load, and its own rows stay as they were.
+#[test]
+fn a_failing_member_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutDir::new(dir.path());
+    let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+    use ApplicationStatus::Pending;
+    w.load(vec![member("bad", run("r1", &[(1, Pending)], 7, 0))], &config(true)).pop().unwrap().1.unwrap();
+    let mut broken = run("r2", &[(1, Pending), (2, Pending)], 7, 0);
+    broken.content[0].total += 1; // a window whose total is not the sum of its days
+    let outcomes = w.load(vec![member("good", run("r1", &[(5, Pending)], 7, 2)), member("bad", broken)], &config(true));
+    assert!(outcomes[0].1.is_ok(), "{:?}", outcomes[0].1.as_ref().err().map(|e| e.to_string()));
+    assert!(matches!(outcomes[1].1, Err(LoadError::Strict(_))), "{:?}", outcomes[1].1.as_ref().err());
+    let conn = w.conn().unwrap();
+    assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = 'good'"), 1);
+    assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = 'bad'"), 1, "as it was");
+    assert_eq!(count(conn, "SELECT count(*) FROM runs WHERE organization = 'bad'"), 1);
+}
+
+/// The publish writes one Parquet tree partitioned by organization and the readers'
+/// snapshot; one organization's warehouse refuses to open a fleet's and the other way round.
+#[test]
+fn the_publish_writes_a_tree_by_organization_and_the_kinds_are_kept_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutDir::new(dir.path());
+    let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+    use ApplicationStatus::Pending;
+    w.load(
+        vec![member("a", run("r1", &[(1, Pending)], 7, 0)), member("b", run("r1", &[(2, Pending)], 7, 1))],
+        &config(false),
+    );
+    assert!(w.unpublished());
+    w.publish().unwrap();
+    assert!(!w.unpublished());
+    for org in ["a", "b"] {
+        let part = dir.path().join("parquet/applications").join(format!("organization={org}"));
+        assert!(part.is_dir(), "{}", part.display());
+    }
+    assert!(dir.path().join("parquet/content_daily/organization=a/year=2026").is_dir());
+    let snapshot = Connection::open(out.warehouse()).unwrap();
+    assert_eq!(count(&snapshot, "SELECT count(*) FROM applications"), 2);
+    drop(snapshot);
+    // After the publish the writer reopens for the next batch.
+    w.load(vec![member("a", run("r2", &[(1, Pending), (3, Pending)], 7, 0))], &config(false));
+    assert_eq!(count(w.conn().unwrap(), "SELECT count(*) FROM applications"), 3);
+    drop(w);
+    let err = warehouse::open_writer(&out).unwrap_err();
+    assert!(matches!(err, LoadError::Kind(_)), "{err}");
+    let single = tempfile::tempdir().unwrap();
+    drop(warehouse::open_writer(&OutDir::new(single.path())).unwrap());
+    let err = FleetWarehouse::open(&OutDir::new(single.path()), Duration::ZERO).err().expect("refused");
+    assert!(matches!(err, LoadError::Kind(_)), "{err}");
+}

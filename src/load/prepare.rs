@@ -1,0 +1,211 @@
+//! Steps 1 and 2 of a load: an organization's previous state read back (through its own
+//! warehouse, or its views of the fleet warehouse), merged with the run, checked, and
+//! transformed into the frames the commit writes. Nothing is written here.
+//!
+//! Content is upserted by (metric, date): the run's days replace the loaded ones. A run narrowed
+//! by `--statuses` or `--campaign-id` keeps the warehouse's other applications; a quick run keeps
+//! those it did not read again, and loads only on top of the run it was a difference from.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::{warehouse, LoadError};
+use crate::extract::{ContentRow, Extracted, Observation};
+use crate::transform;
+
+/// Data-quality findings of a load; fatal only with `--strict`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct QualityReport {
+    /// Days whose API `last` differs from the loaded `current` of seven days earlier.
+    pub last_mismatches: u64,
+    /// Windows whose `total`/`last_total` are not the sums of their points.
+    pub total_mismatches: u64,
+    /// Keys that occurred twice in the run's data (kept once).
+    pub duplicate_keys: u64,
+    /// Applications whose status changed since the previous load.
+    pub status_changes: u64,
+    pub findings: Vec<String>,
+}
+
+/// `WHERE` clause of the applications a run does not cover, which the load keeps.
+fn out_of_scope(statuses: &[String], campaign_id: Option<i64>) -> Option<String> {
+    warehouse::scope_filter(statuses, campaign_id).map(|f| format!("NOT ({f})"))
+}
+
+/// Adds the warehouse's applications matching `filter` that the run did not see itself.
+fn add_from_warehouse(conn: &duckdb::Connection, apps: &mut Vec<Observation>, filter: &str) -> Result<(), LoadError> {
+    let seen: std::collections::HashSet<i64> = apps.iter().map(|o| o.app.id).collect();
+    apps.extend(warehouse::applications_where(conn, filter)?.into_iter().filter(|o| !seen.contains(&o.app.id)));
+    Ok(())
+}
+
+/// Merges this run's content over the loaded content: the run wins per (metric, date).
+fn merge_content(previous: Vec<ContentRow>, new: &[ContentRow]) -> Vec<ContentRow> {
+    let mut by_key: BTreeMap<(crate::extract::Metric, chrono::NaiveDate), ContentRow> =
+        previous.into_iter().map(|r| ((r.metric, r.date), r)).collect();
+    for r in new {
+        by_key.insert((r.metric, r.date), r.clone());
+    }
+    by_key.into_values().collect()
+}
+
+/// Checks the run's content: `last` against the loaded `current` a week earlier, and the
+/// repeated totals against the sums of their windows.
+fn check_quality(
+    merged: &[ContentRow],
+    new: &[ContentRow],
+    windows: &[(chrono::NaiveDate, chrono::NaiveDate)],
+) -> QualityReport {
+    let mut q = QualityReport::default();
+    let current: std::collections::HashMap<_, _> = merged.iter().map(|r| ((r.metric, r.date), r.current)).collect();
+    for r in new {
+        if let Some(c) = current.get(&(r.metric, r.last_date)) {
+            if *c != r.last {
+                q.last_mismatches += 1;
+            }
+        }
+    }
+    for (start, end) in windows {
+        for metric in [crate::extract::Metric::Views, crate::extract::Metric::Likes] {
+            let pts: Vec<&ContentRow> =
+                new.iter().filter(|r| r.metric == metric && r.date >= *start && r.date <= *end).collect();
+            // `check_sums` ran first, so these sums cannot overflow; saturating keeps that local.
+            let (sum, last_sum): (i64, i64) =
+                pts.iter().fold((0, 0), |(a, b), r| (a.saturating_add(r.current), b.saturating_add(r.last)));
+            if pts.iter().any(|r| r.total != sum || r.last_total != last_sum) {
+                q.total_mismatches += 1;
+            }
+        }
+    }
+    if q.last_mismatches > 0 {
+        q.findings.push(format!("{} days: the API's `last` differs from the loaded `current` of seven days earlier (the service revised them)", q.last_mismatches));
+    }
+    if q.total_mismatches > 0 {
+        q.findings.push(format!("{} windows: `total`/`last_total` are not the sums of their days", q.total_mismatches));
+    }
+    q
+}
+
+/// Milliseconds per step of a load, as its report gives them (`stages_ms`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LoadTimings {
+    /// Reading the previous state.
+    pub read_state: u64,
+    /// Every Polars frame.
+    pub transform: u64,
+    /// The frames as Parquet for DuckDB (a fleet's: its batch's).
+    pub stage: u64,
+    /// The transaction: the tables, the history, the ledger, the commit (a fleet's: its batch's).
+    pub transaction: u64,
+    /// The Parquet export (one organization's load; a fleet exports at its publish).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub export: Option<u64>,
+    /// The readers' snapshot (one organization's load).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub publish: Option<u64>,
+    pub total: u64,
+}
+
+impl LoadTimings {
+    /// Every step's time, summed: the total.
+    pub fn sum(&self) -> u64 {
+        self.read_state
+            + self.transform
+            + self.stage
+            + self.transaction
+            + self.export.unwrap_or(0)
+            + self.publish.unwrap_or(0)
+    }
+}
+
+/// The stopwatch of a load's steps.
+pub(crate) struct Laps {
+    at: Instant,
+}
+
+impl Laps {
+    pub(crate) fn start() -> Self {
+        Laps { at: Instant::now() }
+    }
+
+    /// Milliseconds since the last lap (or the start).
+    pub(crate) fn lap(&mut self) -> u64 {
+        let ms = self.at.elapsed().as_millis() as u64;
+        self.at = Instant::now();
+        ms
+    }
+}
+
+/// A run merged with the warehouse's previous state, checked and transformed: what a load
+/// writes in its transaction.
+pub(crate) struct Prepared {
+    pub spec: crate::extract::RunSpec,
+    pub frames: transform::Frames,
+    pub quality: QualityReport,
+    /// `read_state` and `transform`.
+    pub timings: LoadTimings,
+}
+
+/// Steps 1 and 2 of a load: the previous state read through `conn` (a warehouse, or one
+/// organization's views of a fleet warehouse), merged with the run, checked and transformed.
+/// Nothing is written.
+pub(crate) fn prepare(
+    conn: &duckdb::Connection,
+    extracted: Extracted,
+    cohort_edges: &[i64],
+) -> Result<Prepared, LoadError> {
+    let mut laps = Laps::start();
+    let mut timings = LoadTimings::default();
+    let Extracted { spec, applications: mut apps, content, quick, .. } = extracted;
+    let run_id = spec.run_id.as_str();
+    let merged_content = merge_content(warehouse::content(conn)?, &content);
+    if let Some(keep) = out_of_scope(&spec.statuses, spec.campaign_id) {
+        add_from_warehouse(conn, &mut apps, &keep)?;
+    }
+    if let Some(quick) = &quick {
+        // A quick run is a difference from the warehouse's state at its snapshot: it loads on
+        // top of exactly that state (or again on its own).
+        let latest = warehouse::latest_run(conn)?;
+        if latest.as_deref() != Some(quick.base_run.as_str()) && latest.as_deref() != Some(run_id) {
+            return Err(LoadError::StaleQuick {
+                run_id: run_id.to_owned(),
+                base: quick.base_run.clone(),
+                latest: latest.unwrap_or_else(|| "none".into()),
+            });
+        }
+        let kept: Vec<String> = quick.kept().map(|id| id.to_string()).collect();
+        if !kept.is_empty() {
+            add_from_warehouse(conn, &mut apps, &format!("id IN ({})", kept.join(",")))?;
+        }
+    }
+    apps.sort_by_key(|o| o.app.id);
+    timings.read_state = laps.lap();
+    transform::check_sums(&apps, &merged_content).map_err(LoadError::Quality)?;
+    let windows = crate::extract::landing::windows(spec.from, spec.to, spec.window_days);
+    let mut quality = check_quality(&merged_content, &content, &windows);
+    quality.duplicate_keys = apps.windows(2).filter(|w| w[0].app.id == w[1].app.id).count() as u64;
+    apps.dedup_by_key(|o| o.app.id);
+    if quality.duplicate_keys > 0 {
+        quality.findings.push(format!("{} duplicate application ids (kept once)", quality.duplicate_keys));
+    }
+    let frames = transform::run(&apps, &merged_content, cohort_edges)?;
+    timings.transform = laps.lap();
+    Ok(Prepared { spec, frames, quality, timings })
+}
+
+impl QualityReport {
+    /// Records the applications whose status the load found changed, with a finding when any.
+    pub(crate) fn set_status_changes(&mut self, changes: u64) {
+        self.status_changes = changes;
+        if changes > 0 {
+            self.findings.push(format!("{changes} applications changed status since the previous load"));
+        }
+    }
+
+    /// The findings `--strict` fails a load on (status changes are not among them).
+    pub(crate) fn fails_strict(&self) -> bool {
+        self.last_mismatches > 0 || self.total_mismatches > 0 || self.duplicate_keys > 0
+    }
+}
