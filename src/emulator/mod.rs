@@ -13,6 +13,7 @@ pub mod data;
 mod http;
 mod org_policy;
 mod state;
+mod store;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
