@@ -73,7 +73,7 @@ impl Error {
                 | ActionError::Warehouse(LoadError::Kind(_)),
             ) => exit::USAGE,
             Error::Action(ActionError::Out(OutError::Locked { .. })) => exit::LOCKED,
-            Error::Query(QueryError::Db(_) | QueryError::Lake(_)) => exit::FAILED,
+            Error::Query(QueryError::Db(_) | QueryError::Lake(_) | QueryError::Warehouse(_)) => exit::FAILED,
             Error::Query(_) => exit::USAGE,
             _ => exit::FAILED,
         }
@@ -107,16 +107,6 @@ impl Error {
 
     /// The message with its causes, `a: b: c`, each said once.
     pub fn report(&self) -> String {
-        let mut out = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(s) = source {
-            let text = s.to_string();
-            if !out.contains(&text) {
-                out.push_str(": ");
-                out.push_str(&text);
-            }
-            source = s.source();
-        }
-        out
+        crate::exit::with_causes(self)
     }
 }

@@ -1,4 +1,5 @@
-//! Exit codes, documented in the README: every command's, in one place.
+//! How a failure is told: every command's exit code, documented in the manual, in one place,
+//! and an error with its causes.
 
 /// Success.
 pub const OK: u8 = 0;
@@ -19,3 +20,19 @@ pub const SOME_FAILED: u8 = 6;
 pub const NOT_FRESH: u8 = 7;
 /// Interrupted by Ctrl-C or SIGTERM; progress is saved and a rerun resumes.
 pub const INTERRUPTED: u8 = 130;
+
+/// An error with its causes, `a: b: c`, each said once (a cause whose text the message already
+/// holds is not repeated).
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}

@@ -491,7 +491,7 @@ impl Client {
     /// Keeps the pacer's memory for the next process, when the client keeps one.
     fn remember(&self) {
         if let Some(memory) = &self.inner.memory {
-            memory.keep(&self.inner.pacer);
+            memory.keep(|| self.inner.pacer.memory());
         }
     }
 }

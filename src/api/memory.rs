@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::key::{fnv1a, ApiKey};
-use super::pacing::Pacer;
 use crate::out::{write_atomic, OutError};
 
 /// The pacer's memory of the latest requests, in wall-clock milliseconds since the Unix epoch:
-/// what a later process needs to keep the per-key rules across a restart (see [`Pacer::restore`]).
+/// what a later process needs to keep the per-key rules across a restart (see
+/// [`Pacer::restore`](super::Pacer::restore)).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct PacingMemory {
     /// When the latest request went out.
@@ -70,11 +70,12 @@ impl MemoryFile {
         PacingMemory::read(&self.path)
     }
 
-    /// Keeps `pacer`'s memory for the next process. Failing to keep it is logged, not fatal: the
-    /// next process then starts without it, as a first one does.
-    pub(crate) fn keep(&self, pacer: &Pacer) {
+    /// Keeps the pacer's memory for the next process, as `memory` reads it once this file's
+    /// order is taken (so an older memory never replaces a newer one). Failing to keep it is
+    /// logged, not fatal: the next process then starts without it, as a first one does.
+    pub(crate) fn keep(&self, memory: impl FnOnce() -> PacingMemory) {
         let _order = self.order.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = pacer.memory().write(&self.path) {
+        if let Err(e) = memory().write(&self.path) {
             tracing::warn!(path = %self.path.display(), error = %e, "cannot keep the pacing state for the next run");
         }
     }

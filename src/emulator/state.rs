@@ -11,7 +11,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::data::{self, Dataset, StoredPayout, StoredSale, MAIN_ORG};
-pub use super::store::Store;
+pub use super::store::{DriftEvent, Store};
 use crate::api::models::{Application, ApplicationStatus};
 use crate::api::MARK_PAYOUT_MIN_INTERVAL;
 
@@ -157,14 +157,6 @@ pub struct Violation {
     pub kind: &'static str,
     /// Time since the previous accepted request (spacing kinds).
     pub gap_ms: Option<f64>,
-}
-
-/// A change `--drift` made while clients paged.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum DriftEvent {
-    Inserted { id: i64 },
-    Moved { id: i64, from: ApplicationStatus, to: ApplicationStatus },
 }
 
 #[derive(Debug, Default)]

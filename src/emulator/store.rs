@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
+use serde::Serialize;
 
 use super::data::{self, Campaign, ContentModel, Dataset, StoredPayout, StoredSale, MAIN_ORG};
-use super::state::DriftEvent;
 use crate::api::models::{Application, ApplicationStatus};
 
 /// Applications with per-status indexes kept in the list's order (newest first).
@@ -177,4 +177,12 @@ impl Store {
         }
         events
     }
+}
+
+/// A change `--drift` made while clients paged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DriftEvent {
+    Inserted { id: i64 },
+    Moved { id: i64, from: ApplicationStatus, to: ApplicationStatus },
 }

@@ -311,7 +311,7 @@ fn serve(
                 let next = to_ask.iter().filter(|n| w.has_loaded(n)).take(options.size.max(1) - 1).cloned();
                 let asked: Vec<String> = std::iter::once(org.clone()).chain(next).collect();
                 if let Err(e) = w.gather(&asked) {
-                    tracing::warn!(error = %e, "cannot read the organizations' previous states together; reading them one by one");
+                    tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the organizations' previous states together; reading them one by one");
                 }
             }
         }
@@ -371,7 +371,7 @@ fn serve(
                     }
                     outcome => {
                         if let Err(e) = &outcome {
-                            tracing::warn!(organization = %org, error = %e, "the organization's load failed; the rest of its batch loads");
+                            tracing::warn!(organization = %org, error = %crate::exit::with_causes(e), "the organization's load failed; the rest of its batch loads");
                         }
                         let _ = reply.send(outcome.map_err(Error::from));
                     }
@@ -463,7 +463,7 @@ fn commit_to_lake(
                 conflicts_retried = c.conflicts_retried,
                 "batch committed to the lake"
             ),
-            Err(e) => tracing::warn!(organizations = orgs.len(), error = %e, "the batch's lake commit failed"),
+            Err(e) => tracing::warn!(organizations = orgs.len(), error = %crate::exit::with_causes(e), "the batch's lake commit failed"),
         }
         for (org, _, mut report, reply) in loaded {
             let answer = match &committed {
@@ -493,6 +493,8 @@ fn publish(w: &mut FleetWarehouse) {
     let started = Instant::now();
     match w.publish() {
         Ok(()) => tracing::info!(ms = started.elapsed().as_millis() as u64, "fleet warehouse published"),
-        Err(e) => tracing::warn!(error = %e, "cannot publish the fleet warehouse now; the next publish does"),
+        Err(e) => {
+            tracing::warn!(error = %crate::exit::with_causes(&e), "cannot publish the fleet warehouse now; the next publish does")
+        }
     }
 }

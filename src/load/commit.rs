@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use duckdb::{params, Connection};
+use duckdb::Connection;
 
 use super::catalog::{self, Shape, Table};
 use super::prepare::{Laps, LoadTimings, QualityReport};
@@ -347,8 +347,9 @@ pub(crate) fn record_runs(conn: &Connection, runs: &[RunRow]) -> Result<(), Load
         if latest.get(&org.map(str::to_owned)).map(String::as_str) == Some(spec.run_id.as_str()) {
             continue;
         }
-        // The load's own time before the transaction: reading the state and staging.
-        let load_ms = timings.read_state + timings.stage;
+        // The load's own time before the transaction: reading the state, and in one
+        // organization's warehouse its staging; a fleet member's staging is its batch's, not its own.
+        let load_ms = timings.read_state + if org.is_none() { timings.stage } else { 0 };
         let json = |v: serde_json::Value| v.to_string();
         let requests = report.map(|r| &r.requests);
         let warnings: Vec<String> =
@@ -399,15 +400,6 @@ pub(crate) fn record_runs(conn: &Connection, runs: &[RunRow]) -> Result<(), Load
     Ok(())
 }
 
-/// Marks the runs of the Parquet tree's last export exported.
-pub(crate) fn mark_exported(conn: &Connection, run_id: Option<&str>) -> Result<(), LoadError> {
-    let done = match run_id {
-        Some(run) => conn.execute("UPDATE runs SET parquet_exported = true WHERE run_id = ?", params![run]),
-        None => conn.execute("UPDATE runs SET parquet_exported = true WHERE NOT parquet_exported", []),
-    };
-    done.map(|_| ()).map_err(|e| LoadError::db("record the export", e))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -419,5 +411,33 @@ mod tests {
         let declared: Vec<&str> = catalog::frames().map(|t| t.name).collect();
         assert_eq!(made, declared);
         assert!(catalog::TABLES.iter().filter(|t| t.role == catalog::Role::Frame).all(|t| t.exported));
+    }
+
+    /// The fleet warehouse declares no key on its checked tables, so a row twice must be refused
+    /// by the check before the batch's commit, with the table, the key and how many.
+    #[test]
+    fn a_checked_key_held_twice_is_refused_before_the_commit() {
+        let conn = Connection::open_in_memory().unwrap();
+        let history = catalog::table("application_status_history").unwrap();
+        assert_eq!(history.fleet, Some(catalog::FleetKey::Checked));
+        conn.execute_batch(&history.create_sql(Shape::Fleet, history.name)).unwrap();
+        let insert = |org: &str| {
+            format!(
+                "INSERT INTO application_status_history (organization, id, status, valid_from, valid_to) \
+                 VALUES ('{org}', 7, 'approved', TIMESTAMPTZ '2026-01-01 00:00:00+00', NULL);"
+            )
+        };
+        conn.execute_batch(&insert("a")).unwrap();
+        conn.execute_batch(&insert("b")).unwrap();
+        check_keys(&conn, history, history.name).expect("one row per key and organization");
+        conn.execute_batch(&insert("a")).unwrap();
+        match check_keys(&conn, history, history.name) {
+            Err(LoadError::DuplicateKeys { table, key, duplicates }) => {
+                assert_eq!(table, "application_status_history");
+                assert!(key.starts_with("organization, "), "{key}");
+                assert_eq!(duplicates, 1);
+            }
+            other => panic!("a duplicated key was not refused: {other:?}"),
+        }
     }
 }

@@ -30,7 +30,7 @@ use duckdb::Connection;
 
 use super::catalog::{self, Shape};
 use super::commit::{self, Ready};
-use super::parquet::{export_tables, Export};
+use super::parquet::{export_tables, mark_exported, Export};
 use super::prepare::prepare;
 use super::warehouse::{self, sql_list, sql_literal};
 use super::{LoadError, LoadReport};
@@ -296,9 +296,22 @@ impl FleetWarehouse {
                 }
             }
             Err(e) => {
-                let e = LoadError::from(e);
+                // Each member fails with the same I/O error (its kind and message; an
+                // `io::Error` cannot be cloned).
                 for (org, _) in ready {
-                    results.insert(org, Err(LoadError::Bug(format!("cannot stage the batch: {e}"))));
+                    let each = match &e {
+                        crate::out::OutError::Io { action, path, source } => crate::out::OutError::Io {
+                            action,
+                            path: path.clone(),
+                            source: std::io::Error::new(source.kind(), source.to_string()),
+                        },
+                        other => crate::out::OutError::Io {
+                            action: "stage the batch in",
+                            path: self.out.staging_dir().display().to_string(),
+                            source: std::io::Error::other(other.to_string()),
+                        },
+                    };
+                    results.insert(org, Err(LoadError::Out(each)));
                 }
             }
         }
@@ -534,7 +547,7 @@ impl FleetWarehouse {
             let exported = self.conn().and_then(|conn| {
                 let label = format!("fleet-{}", crate::out::new_run_id());
                 export_tables(conn, &out, &label, grace, Export::Keyed(Some(&dirty)))?;
-                commit::mark_exported(conn, None)
+                mark_exported(conn, None)
             });
             if let Err(e) = exported {
                 self.dirty.extend(dirty);

@@ -26,9 +26,16 @@ pub fn export_parquet(
     grace: std::time::Duration,
 ) -> Result<(), LoadError> {
     export_tables(conn, out, run_id, grace, Export::Whole)?;
-    conn.execute("UPDATE runs SET parquet_exported = true WHERE run_id = ?", [run_id])
-        .map_err(|e| LoadError::db("record the export", e))?;
-    Ok(())
+    mark_exported(conn, Some(run_id))
+}
+
+/// Records in `runs` that the tree holds the runs' rows: `run_id`'s, or every run not yet marked.
+pub(crate) fn mark_exported(conn: &duckdb::Connection, run_id: Option<&str>) -> Result<(), LoadError> {
+    let done = match run_id {
+        Some(run) => conn.execute("UPDATE runs SET parquet_exported = true WHERE run_id = ?", [run]),
+        None => conn.execute("UPDATE runs SET parquet_exported = true WHERE NOT parquet_exported", []),
+    };
+    done.map(|_| ()).map_err(|e| LoadError::db("record the export", e))
 }
 
 /// What [`export_tables`] exports.
@@ -214,9 +221,9 @@ pub fn finish_interrupted_export(
         .map_err(|e| LoadError::db("read which export is unfinished from `runs`", e))?;
     if let Some(run_id) = pending {
         tracing::warn!(run_id = %run_id, "the last load's Parquet export was interrupted; exporting again");
+        // The whole tree is this export's: every run before it is in it too.
         export_parquet(conn, out, &run_id, grace)?;
-        conn.execute("UPDATE runs SET parquet_exported = true", [])
-            .map_err(|e| LoadError::db("record the export", e))?;
+        mark_exported(conn, None)?;
     }
     Ok(())
 }

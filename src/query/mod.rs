@@ -64,6 +64,9 @@ pub enum QueryError {
     Versions(String),
     #[error("query failed: {0}")]
     Db(String),
+    /// Opening or preparing a warehouse failed; its cause chain is kept.
+    #[error(transparent)]
+    Warehouse(#[from] crate::load::LoadError),
 }
 
 /// The SQL of a named query.
@@ -211,7 +214,7 @@ impl Reader {
         match source {
             Source::Warehouse { path, .. } => {
                 let conn = open_warehouse(path)?;
-                if !crate::load::warehouse::is_fleet(&conn).map_err(|e| QueryError::Db(e.to_string()))? {
+                if !crate::load::warehouse::is_fleet(&conn)? {
                     return Ok(Reader::Own(conn));
                 }
                 let holds = fleet_organizations(&conn)?;
@@ -230,8 +233,7 @@ impl Reader {
     /// `holds`, which have no data yet.
     pub fn nothing(holds: Vec<String>) -> Result<Reader, QueryError> {
         let conn = duckdb::Connection::open_in_memory().map_err(db)?;
-        crate::load::warehouse::migrate(&conn, crate::load::catalog::Shape::One)
-            .map_err(|e| QueryError::Db(e.to_string()))?;
+        crate::load::warehouse::migrate(&conn, crate::load::catalog::Shape::One)?;
         Ok(Reader::Nothing { conn, holds })
     }
 

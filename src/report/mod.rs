@@ -13,6 +13,7 @@
 
 mod charts;
 mod data;
+mod health;
 mod page;
 mod rows;
 mod runs;
@@ -24,7 +25,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-pub use data::{Health, HealthState, ProblemKind, RunProblem, ASKED};
+pub use data::ASKED;
+pub use health::{Health, HealthState, ProblemKind, RunProblem};
 pub use page::SECTIONS;
 
 use crate::out::OutDir;

@@ -1,6 +1,6 @@
 //! What an output directory knows that its data does not: runs that did not bring the data up to
 //! date, and a run in progress. The page's banner is made of these and the data's own freshness
-//! ([`super::data::Health`]).
+//! ([`super::health::Health`]).
 //!
 //! Sources, for one organization's directory (its own `--out`, or `OUT/orgs/NAME` of a fleet):
 //! - its stage ledger ([`crate::sync::stages`]): a stage that failed, was not reached, is
@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::data::{self, ProblemKind, RunProblem};
+use super::data;
+use super::health::{ProblemKind, RunProblem};
 use super::rows::RunHealth;
 use super::RunState;
 use crate::out::{holder_pid, Holder, OutDir};

@@ -406,6 +406,10 @@ pub fn migration_sql(shape: Shape, version: i32, steps: &[Step]) -> String {
             }
             Step::AddColumn { table: name, column, fill } => {
                 let c = table(name).and_then(|t| t.column(column)).expect("a migration adds a catalog column");
+                assert!(
+                    c.nullable || c.default.is_some() || fill.is_some(),
+                    "{name}.{column}: a NOT NULL column added to a table with rows needs a default or a fill"
+                );
                 let declared = match c.default {
                     Some(d) => format!("{} {} DEFAULT {d}", c.name, c.ty.sql()),
                     None => format!("{} {}", c.name, c.ty.sql()),
@@ -418,7 +422,13 @@ pub fn migration_sql(shape: Shape, version: i32, steps: &[Step]) -> String {
                     sql.push_str(&format!("ALTER TABLE {name} ALTER COLUMN {column} SET NOT NULL;\n"));
                 }
             }
-            Step::RenameColumn { table, from, to } => {
+            Step::RenameColumn { table: name, from, to } => {
+                let t = table(name).expect("a migration renames a catalog table's column");
+                assert!(
+                    t.column(to).is_some() && t.column(from).is_none(),
+                    "{name}: a rename ends at the catalog's name"
+                );
+                let table = name;
                 sql.push_str(&format!("ALTER TABLE {table} RENAME COLUMN {from} TO {to};\n"));
             }
             Step::DropCheckedKeys => {

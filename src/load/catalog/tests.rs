@@ -34,6 +34,45 @@ fn every_migration_step_names_the_catalog() {
     }
 }
 
+/// A rename and an added NOT NULL column with its fill, applied to a warehouse of the version
+/// before: the table ends as the catalog declares it, its rows kept.
+#[test]
+fn a_rename_and_an_added_column_end_at_the_catalog() {
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    conn.execute_batch(&create_version_table_sql(Shape::One)).unwrap();
+    conn.execute_batch(&RUNS.create_sql(Shape::One, "runs")).unwrap();
+    conn.execute_batch(
+        "ALTER TABLE runs DROP COLUMN sync_mode; ALTER TABLE runs RENAME COLUMN warnings TO warning_count;\
+         INSERT INTO runs (run_id, status, warning_count) VALUES ('r1', 'succeeded', 3);",
+    )
+    .unwrap();
+    let steps = [
+        Step::RenameColumn { table: "runs", from: "warning_count", to: "warnings" },
+        Step::AddColumn { table: "runs", column: "sync_mode", fill: Some("'full'") },
+    ];
+    conn.execute_batch(&migration_sql(Shape::One, 99, &steps)).unwrap();
+    let columns = |conn: &duckdb::Connection| -> Vec<(String, String, bool)> {
+        let mut stmt = conn
+            .prepare("SELECT column_name, data_type, is_nullable = 'YES' FROM information_schema.columns WHERE table_name = 'runs' ORDER BY column_name")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(Result::unwrap).collect()
+    };
+    let fresh = duckdb::Connection::open_in_memory().unwrap();
+    fresh.execute_batch(&RUNS.create_sql(Shape::One, "runs")).unwrap();
+    assert_eq!(columns(&conn), columns(&fresh));
+    let (warnings, mode): (i64, String) = conn
+        .query_row("SELECT warnings, sync_mode FROM runs WHERE run_id = 'r1'", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap();
+    assert_eq!((warnings, mode.as_str()), (3, "full"));
+}
+
+#[test]
+#[should_panic(expected = "needs a default or a fill")]
+fn a_not_null_column_without_a_fill_is_refused() {
+    let column = RUNS.columns.iter().find(|c| !c.nullable && c.default.is_none()).expect("runs has one");
+    migration_sql(Shape::One, 99, &[Step::AddColumn { table: "runs", column: column.name, fill: None }]);
+}
+
 #[test]
 fn fleet_ddl_keys_by_organization_and_declares_only_declared_keys() {
     let apps = APPLICATIONS.columns_sql(Shape::Fleet);

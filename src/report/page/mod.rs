@@ -24,7 +24,8 @@ use std::fmt::Write;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use super::data::{stamp, Answers, Health};
+use super::data::{stamp, Answers};
+use super::health::Health;
 use super::rows::Typed;
 use html::{esc, Section};
 pub use overview::{overview, OverviewRow};

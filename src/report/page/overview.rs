@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 
 use super::html::{change_text, esc, int_text, rate_text, table, Cell};
 use super::{data_block, head};
-use crate::report::data::{stamp, Health, HealthState};
+use crate::report::data::stamp;
+use crate::report::health::{Health, HealthState};
 
 /// One organization's line on the overview.
 pub struct OverviewRow {

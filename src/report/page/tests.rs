@@ -6,7 +6,8 @@ use serde_json::{json, Value};
 use super::corrections::NEED_ATTENTION;
 use super::html::{change_text, esc, int_text, table, Cell};
 use super::{cohorts, content, data_block, org_page, OrgPage, SECTIONS};
-use crate::report::data::{Answer, Answers, Health};
+use crate::report::data::{Answer, Answers};
+use crate::report::health::Health;
 use crate::report::rows::Typed;
 
 #[test]
