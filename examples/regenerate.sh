@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates what the repository shows of the demo's data, from a fresh demo in ./data:
 #   - the three notebooks, executed with their outputs (notebooks/*.ipynb);
-#   - the report's screenshot that the README shows (examples/report.png).
+#   - the report's screenshot that the manual shows (docs/src/images/report.png).
 # Needs python3 with venv and Chromium (Debian: `apt-get install chromium`). The notebooks run in
 # the test suite's virtualenv (notebooks/requirements.txt, under the cargo target directory),
 # made here if it is missing.
@@ -34,5 +34,5 @@ profile=$(mktemp -d)
 trap 'rm -rf "$profile"' EXIT
 "$chromium" --headless "${sandbox[@]}" --disable-gpu --hide-scrollbars --no-first-run \
   --user-data-dir="$profile" --window-size=1200,2000 \
-  --screenshot="$PWD/examples/report.png" "file://$PWD/data/report/index.html" 2>/dev/null
-echo "regenerated notebooks/*.ipynb and examples/report.png from $PWD/data"
+  --screenshot="$PWD/docs/src/images/report.png" "file://$PWD/data/report/index.html" 2>/dev/null
+echo "regenerated notebooks/*.ipynb and docs/src/images/report.png from $PWD/data"

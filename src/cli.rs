@@ -25,7 +25,7 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("
     name = "creator-etl",
     version = VERSION,
     about = "Extract a creator-marketing service's data into Parquet and DuckDB, and replay reviewed corrections",
-    after_help = "The API key is read from the CREATOR_API_KEY environment variable or --api-key-file, never from a flag.\nExit codes: 0 ok, 1 failed, 2 usage/config/input error, 3 some action rows failed, 4 key rejected (401/403), 5 --out locked, 6 some fleet organizations failed, 130 interrupted."
+    after_help = "The API key is read from the CREATOR_API_KEY environment variable or --api-key-file, never from a flag.\nExit codes: 0 ok, 1 failed, 2 usage/config/input error, 3 some action rows failed, 4 key rejected (401/403), 5 --out locked, 6 some fleet organizations failed, 7 report: some organization not fresh, 130 interrupted."
 )]
 pub struct Cli {
     #[command(flatten)]

@@ -13,7 +13,8 @@
 //! 5. [`fleet`] and [`demo`], which call [`sync`], and [`report`], the HTML page of what the
 //!    data holds (it reads the fleet's status files);
 //! 6. [`commands`]: one file per subcommand, arguments → config → library → print;
-//! 7. [`cli`] and `main.rs`: parse, set up logging, dispatch, map the result to an exit code.
+//! 7. [`cli`] and `main.rs`: parse, set up logging, dispatch, map the result to an exit code;
+//!    [`manual`], the manual's reference pages generated from [`cli`] and the table catalog.
 
 pub mod action;
 pub mod api;
@@ -26,6 +27,7 @@ pub mod exit;
 pub mod extract;
 pub mod fleet;
 pub mod load;
+pub mod manual;
 pub mod out;
 pub mod progress;
 pub mod query;

@@ -1,7 +1,8 @@
 //! The reviewed CSV: parsed, then every row validated, with every problem reported at once by
 //! line and column. Nothing is sent unless the whole file is valid.
 //!
-//! Format (README § "The reviewed CSV"): a header row naming any of [`COLUMNS`], in any order.
+//! Format (the manual's concepts chapter on actions, "The reviewed CSV"): a header row naming
+//! any of [`COLUMNS`], in any order.
 //! An empty cell means "leave unchanged"; `NULL` clears `customer_email` or `customer_name`.
 //! Amounts are integer cents. UTF-8 with or without a BOM, comma-separated, RFC 4180 quoting
 //! (quoted fields may hold commas and newlines). Line numbers are those of the file, so a

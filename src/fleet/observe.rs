@@ -367,7 +367,7 @@ pub const ACTIONS_FACET: &str = "creatorEtl_actions";
 const ACTIONS_FACET_SCHEMA: &str = concat!(
     "https://github.com/creator-etl/creator-etl/tree/v",
     env!("CARGO_PKG_VERSION"),
-    "/README.md#metrics-and-lineage"
+    "/docs/src/metrics-and-lineage.md"
 );
 
 #[cfg(test)]

@@ -558,7 +558,7 @@ async fn writes_follow_no_redirects() {
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 
-/// Ctrl-C stops an extract after the requests in flight, as the README says: each of them is
+/// Ctrl-C stops an extract after the requests in flight, as the manual says: each of them is
 /// answered and landed, none is abandoned, and the run exits 130.
 #[test]
 fn ctrl_c_lands_the_requests_in_flight() {

@@ -145,7 +145,7 @@ fn make_notebook_venv() -> PathBuf {
         );
     };
     // Without the stamp, an earlier attempt may have stopped half-way: start clean.
-    run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv));
+    run(Command::new(crate::needs::python3()).args(["-m", "venv", "--clear"]).arg(&venv));
     run(Command::new(&python)
         .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
         .arg(&requirements));

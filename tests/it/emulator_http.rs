@@ -23,7 +23,11 @@ fn spawn_emulator(min_interval_ms: &str, extra: &[&str]) -> (std::process::Child
 }
 
 fn curl(args: &[&str]) -> (u16, serde_json::Value) {
-    let out = Command::new("curl").args(["-s", "-w", "\n%{http_code}"]).args(args).output().expect("curl is installed");
+    let out = Command::new(crate::needs::curl())
+        .args(["-s", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .expect("curl is installed");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, code) = text.rsplit_once('\n').unwrap();
     (code.parse().unwrap(), serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.into())))

@@ -518,7 +518,7 @@ pub struct Careless {
 impl Careless {
     pub fn start() -> Careless {
         use std::io::{BufRead, BufReader};
-        let mut child = Command::new("python3")
+        let mut child = Command::new(crate::needs::python3())
             .args(["-c", CARELESS])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -29,12 +29,7 @@ struct Rendered {
 }
 
 fn chromium() -> &'static str {
-    for name in ["chromium", "chromium-browser"] {
-        if Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success()) {
-            return name;
-        }
-    }
-    panic!("headless Chromium is needed for the report tests: `apt-get install chromium` (.ci/run installs it)")
+    crate::needs::chromium()
 }
 
 /// Opens `page` from its file URL in headless Chromium, offline: a screenshot of `height` pixels
