@@ -9,7 +9,8 @@
 //! OUT/raw/<run_id>/invocations/NNNN.json  request counters of each invocation
 //! OUT/raw/<run_id>/COMPLETE          present once the extract finished
 //! OUT/runs/<run_id>.json             the run report
-//! OUT/state/pacing-<id>.json         the pacer's memory per service and key (times only)
+//! OUT/state/pacing-<id>.json         the pacer's memory per service and key (times only; the
+//!                                    client names it in the directory `state_dir` gives it)
 //! OUT/state/stages.json              the stage ledger: how far the last commands got
 //! OUT/state/warehouse.duckdb         the writer's warehouse (see `load::warehouse`)
 //! OUT/state/fleet-status.json        an organization's status in a fleet (`fleet status`)
@@ -22,6 +23,8 @@
 //! OUT/.lake-staging/ .lake-intents/  the lake push's and the actions intents' staged files
 //! OUT/.lake-restore/                 the lake's files cached for a restore
 //! OUT/.demo, OUT/examples/           a demo's mark and its reviewed CSV
+//! OUT/lake-cache/                    an `s3://` lake's files, cached by `query --lake`, `report --lake`
+//! OUT/.publish-<pid>                 a publish's copy of the writer's warehouse, before its rename
 //! ```
 //!
 //! The lock is an OS advisory lock (`flock`), so a killed run never leaves a stale lock behind.
@@ -55,6 +58,9 @@ pub(crate) fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::
     let path = path.display().to_string();
     move |source| OutError::Io { action, path, source }
 }
+
+/// The name prefix of a publish's copy of the warehouse, under `OUT`.
+const PUBLISHING: &str = ".publish-";
 
 /// The output directory.
 #[derive(Clone, Debug)]
@@ -96,6 +102,27 @@ impl OutDir {
 
     pub fn raw_dir(&self, run_id: &str) -> PathBuf {
         self.raw_root().join(run_id)
+    }
+
+    /// The request counters of one invocation of a raw run's extract.
+    pub fn invocation_file(&self, run_id: &str, invocation: u32) -> PathBuf {
+        self.raw_dir(run_id).join("invocations").join(format!("{invocation:04}.json"))
+    }
+
+    /// Where `query --lake` and `report --lake` cache an `s3://` lake's files.
+    pub fn lake_cache_dir(&self) -> PathBuf {
+        self.root.join("lake-cache")
+    }
+
+    /// The copy of the writer's warehouse that a publish by process `pid` renames into place.
+    pub fn publishing_file(&self, pid: u32) -> PathBuf {
+        self.root.join(format!("{PUBLISHING}{pid}"))
+    }
+
+    /// Whether a file directly under `OUT` named `name` is a copy that a killed publish left (this
+    /// release's, or an earlier one's `.warehouse.duckdb.publish-N`).
+    pub fn is_publish_leftover(name: &str) -> bool {
+        name.starts_with(PUBLISHING) || (name.starts_with('.') && name.contains(".duckdb.publish-"))
     }
 
     pub fn runs_dir(&self) -> PathBuf {

@@ -386,7 +386,9 @@ impl Journal {
         let insert = || -> Result<(), duckdb::Error> {
             let tx = self.conn.unchecked_transaction()?;
             let mut stmt = tx.prepare(
-                "INSERT OR REPLACE INTO action_results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::TIMESTAMPTZ)",
+                "INSERT OR REPLACE INTO action_results (run_id, file, line, row_id, action, target, approved, outcome, \
+                 http_status, message, fingerprint, reviewer, finished_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::TIMESTAMPTZ)",
             )?;
             for r in results {
                 stmt.execute(params![

@@ -17,7 +17,7 @@ pub struct QueryArgs {
     /// path of a .sql file
     #[arg(value_name = "NAME|FILE")]
     pub query: String,
-    /// Output format
+    /// Output format; JSON is one object per line, numbers as numbers, NULL as `null`
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// A parameter the query declares, as NAME=VALUE (repeatable), e.g. `--param days=30`
@@ -72,7 +72,12 @@ pub(crate) fn source(
             match checked_lake(url, org.as_deref(), &mut problems) {
                 Some(url) if problems.is_empty() => {
                     let at_versions = at_versions.map(crate::query::lake::versions_of_report).transpose()?;
-                    Ok(Source::Lake(LakeSource { url, org, cache: global.out.join("lake-cache"), at_versions }))
+                    Ok(Source::Lake(LakeSource {
+                        url,
+                        org,
+                        cache: crate::out::OutDir::new(&global.out).lake_cache_dir(),
+                        at_versions,
+                    }))
                 }
                 _ => Err(Error::Config(problems)),
             }

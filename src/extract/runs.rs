@@ -232,7 +232,7 @@ pub(crate) fn next_invocation(dir: &Path, landing: &Landing) -> u32 {
 }
 
 fn invocation_path(out: &OutDir, run_id: &str, invocation: u32) -> PathBuf {
-    out.raw_dir(run_id).join("invocations").join(format!("{invocation:04}.json"))
+    out.invocation_file(run_id, invocation)
 }
 
 /// Records this invocation's request counters, then sums every invocation's: the run's

@@ -482,7 +482,8 @@ fn commit_to_lake(
 /// A member's error when its batch could not be committed to the lake.
 fn not_in_lake(url: &str, e: &LoadError, batch: usize) -> Error {
     LoadError::Lake(format!(
-        "the organization is loaded into the fleet warehouse, but its batch of {batch} could not be committed to the lake `{url}`: {e}"
+        "the organization is loaded into the fleet warehouse, but its batch of {batch} could not be committed to the lake `{url}`: {}",
+        crate::exit::with_causes(e)
     ))
     .into()
 }

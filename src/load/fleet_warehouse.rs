@@ -255,10 +255,11 @@ impl FleetWarehouse {
         // Every member's previous rows in one scan per table (a member that cannot be gathered
         // with the others is read alone, and fails alone).
         if let Err(e) = self.gather(&order) {
-            tracing::warn!(error = %e, "cannot read the batch's previous rows together; reading them one by one");
+            tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the batch's previous rows together; reading them one by one");
         }
         for Member { org, extracted, report, .. } in members {
-            let prepared = self.with_org(&org, |conn| prepare(conn, extracted, &config.cohort_edges));
+            let laps = super::prepare::Laps::start();
+            let prepared = self.with_org(&org, |conn| prepare(conn, extracted, &config.cohort_edges, laps));
             let prepared = prepared.and_then(|p| {
                 if config.strict && p.quality.fails_strict() {
                     return Err(LoadError::Strict(p.quality.findings.join("; ")));
@@ -351,7 +352,7 @@ impl FleetWarehouse {
             Ok(reports) => reports,
             Err(e) if ready.len() == 1 => vec![(ready[0].0.clone(), Err(e))],
             Err(e) => {
-                tracing::warn!(error = %e, members = ready.len(), "a batch's load failed; loading its members one by one");
+                tracing::warn!(error = %crate::exit::with_causes(&e), members = ready.len(), "a batch's load failed; loading its members one by one");
                 ready.into_iter().flat_map(|r| self.commit(vec![r], staging)).collect()
             }
         }

@@ -469,7 +469,7 @@ async fn commit_table(
                 lost_with = None;
                 report.conflicts_retried += 1;
                 let wait = CONFLICTS.backoff(conflicts);
-                tracing::info!(table, attempt = conflicts, wait_ms = wait.as_millis() as u64, error = %e, "lake commit conflicted; retrying on a fresh snapshot");
+                tracing::info!(table, attempt = conflicts, wait_ms = wait.as_millis() as u64, error = %crate::exit::with_causes(&e), "lake commit conflicted; retrying on a fresh snapshot");
                 tokio::time::sleep(wait).await;
             }
             Err(e) if is_conflict(&e) => {

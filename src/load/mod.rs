@@ -231,10 +231,11 @@ pub fn load_extracted(
     extract_report: Option<&ExtractReport>,
 ) -> Result<LoadReport, LoadError> {
     let started = Instant::now();
+    let laps = prepare::Laps::start();
     let conn = warehouse::open_writer(&config.out)?;
     clean_leftovers(&config.out);
     parquet::finish_interrupted_export(&conn, &config.out, config.parquet_grace)?;
-    let prepared = prepare::prepare(&conn, extracted, &config.cohort_edges)?;
+    let prepared = prepare::prepare(&conn, extracted, &config.cohort_edges, laps)?;
     if config.strict && prepared.quality.fails_strict() {
         return Err(LoadError::Strict(prepared.quality.findings.join("; ")));
     }

@@ -150,13 +150,14 @@ pub(crate) struct Prepared {
 
 /// Steps 1 and 2 of a load: the previous state read through `conn` (a warehouse, or one
 /// organization's views of a fleet warehouse), merged with the run, checked and transformed.
-/// Nothing is written.
+/// Nothing is written. `laps` started when the load did: `read_state` is the time since, the
+/// warehouse's opening (and a fleet member's views) included.
 pub(crate) fn prepare(
     conn: &duckdb::Connection,
     extracted: Extracted,
     cohort_edges: &[i64],
+    mut laps: Laps,
 ) -> Result<Prepared, LoadError> {
-    let mut laps = Laps::start();
     let mut timings = LoadTimings::default();
     let Extracted { spec, applications: mut apps, content, quick, .. } = extracted;
     let run_id = spec.run_id.as_str();

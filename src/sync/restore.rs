@@ -218,10 +218,32 @@ fn restore_tables(out: &crate::out::OutDir, tables: &[crate::query::lake::TableF
             let in_warehouse: Vec<String> = crate::load::catalog::table(t.table)
                 .map(|c| c.columns.iter().map(|c| c.name.to_owned()).collect())
                 .unwrap_or_default();
-            let common: Vec<String> = in_warehouse.iter().filter(|c| in_lake.contains(c)).map(|c| ident(c)).collect();
-            let list = common.join(", ");
+            // Each column the files have, and each they lack that a migration fills; a filled
+            // column gets its fill where the files hold NULL (written before it existed), so a
+            // NOT NULL column added with a fill restores from an older release's files.
+            let shape = crate::load::catalog::Shape::One;
+            let (mut names, mut values) = (vec![], vec![]);
+            for c in &in_warehouse {
+                let fill = crate::load::catalog::fill_of(shape, t.table, c);
+                let value = match (in_lake.contains(c), fill) {
+                    (true, Some(fill)) => format!("coalesce({}, {fill})", ident(c)),
+                    (true, None) => ident(c),
+                    (false, Some(fill)) => fill.to_owned(),
+                    (false, None) => continue,
+                };
+                names.push(ident(c));
+                values.push(value);
+            }
             let rows = conn
-                .execute(&format!("INSERT OR IGNORE INTO {} ({list}) SELECT {list} FROM {source}", t.table), [])
+                .execute(
+                    &format!(
+                        "INSERT OR IGNORE INTO {} ({}) SELECT {} FROM {source}",
+                        t.table,
+                        names.join(", "),
+                        values.join(", ")
+                    ),
+                    [],
+                )
                 .map_err(|e| LoadError::db(format!("restore `{}` from the lake", t.table), e))?;
             report.rows.insert(t.table.to_owned(), rows as u64);
             report.versions.insert(t.table.to_owned(), t.version);

@@ -82,7 +82,7 @@ fn code_only(text: &str) -> String {
                 j += 1;
             }
             j += 1;
-            let close: Vec<char> = std::iter::once('"').chain(std::iter::repeat('#').take(hashes)).collect();
+            let close: Vec<char> = std::iter::once('"').chain(std::iter::repeat_n('#', hashes)).collect();
             while j < c.len() && c[j..].iter().take(close.len()).ne(close.iter()) {
                 j += 1;
             }

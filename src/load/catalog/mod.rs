@@ -6,8 +6,8 @@
 //!
 //! **Keys.** One organization's warehouse declares every key (`PRIMARY KEY`). The fleet warehouse
 //! keys every table by `organization` first; it declares the keys of the small tables (`runs`,
-//! `action_results`) and checks those of the data tables and the history before each batch's
-//! transaction instead ([`FleetKey::Checked`]): DuckDB's key index made a batch's commit take
+//! `action_results`) and checks those of the data tables (before each batch's transaction) and of
+//! the history (inside it, before the commit) instead ([`FleetKey::Checked`]): DuckDB's key index made a batch's commit take
 //! 2.3 s against 0.45 s without it (BENCHMARKS.md).
 //!
 //! **A schema change** is one entry here (a column, a table) plus one migration step
@@ -395,8 +395,39 @@ pub fn create_version_table_sql(shape: Shape) -> String {
     create_table(&format!("IF NOT EXISTS {}", shape.version_table()), &body)
 }
 
-/// The statements of one migration's steps, then its version's record.
-pub fn migration_sql(shape: Shape, version: i32, steps: &[Step]) -> String {
+/// The name that `column` of `table`, as a step of `version` names it, has in the catalog now:
+/// followed through the renames of later versions of `migrations`.
+fn current_name(migrations: &[(i32, &[Step])], version: i32, table: &str, column: &'static str) -> &'static str {
+    let mut name = column;
+    for (_, steps) in migrations.iter().filter(|(v, _)| *v > version) {
+        for step in *steps {
+            if let Step::RenameColumn { table: t, from, to } = step {
+                if *t == table && *from == name {
+                    name = to;
+                }
+            }
+        }
+    }
+    name
+}
+
+/// The statements of one migration's steps, then its version's record. `has(table, column)`
+/// says whether the warehouse being migrated has that column now (read inside the migration's
+/// transaction): a step names columns as they were at its version, and definitions come from the
+/// catalog as it is now, so a column added at version 3 and renamed at version 5 is added under
+/// its old name (with its current type) and renamed at 5, while a table created at version 4,
+/// which already has the new name, skips both.
+pub fn migration_sql(shape: Shape, version: i32, steps: &[Step], has: &dyn Fn(&str, &str) -> bool) -> String {
+    migration_sql_in(shape.migrations(), shape, version, steps, has)
+}
+
+fn migration_sql_in(
+    migrations: &[(i32, &[Step])],
+    shape: Shape,
+    version: i32,
+    steps: &[Step],
+    has: &dyn Fn(&str, &str) -> bool,
+) -> String {
     let mut sql = String::new();
     for step in steps {
         match *step {
@@ -405,14 +436,17 @@ pub fn migration_sql(shape: Shape, version: i32, steps: &[Step]) -> String {
                 sql.push_str(&t.create_sql(shape, &format!("IF NOT EXISTS {name}")));
             }
             Step::AddColumn { table: name, column, fill } => {
-                let c = table(name).and_then(|t| t.column(column)).expect("a migration adds a catalog column");
+                let now = current_name(migrations, version, name, column);
+                let c = table(name).and_then(|t| t.column(now)).expect("a migration adds a catalog column");
                 assert!(
                     c.nullable || c.default.is_some() || fill.is_some(),
                     "{name}.{column}: a NOT NULL column added to a table with rows needs a default or a fill"
                 );
+                // Already there under its later name: made by a later version's `Create`.
+                let column = if now != column && has(name, now) { now } else { column };
                 let declared = match c.default {
-                    Some(d) => format!("{} {} DEFAULT {d}", c.name, c.ty.sql()),
-                    None => format!("{} {}", c.name, c.ty.sql()),
+                    Some(d) => format!("{column} {} DEFAULT {d}", c.ty.sql()),
+                    None => format!("{column} {}", c.ty.sql()),
                 };
                 sql.push_str(&format!("ALTER TABLE {name} ADD COLUMN IF NOT EXISTS {declared};\n"));
                 if let Some(fill) = fill {
@@ -424,12 +458,15 @@ pub fn migration_sql(shape: Shape, version: i32, steps: &[Step]) -> String {
             }
             Step::RenameColumn { table: name, from, to } => {
                 let t = table(name).expect("a migration renames a catalog table's column");
+                let now = current_name(migrations, version, name, to);
                 assert!(
-                    t.column(to).is_some() && t.column(from).is_none(),
+                    t.column(now).is_some() && t.column(from).is_none(),
                     "{name}: a rename ends at the catalog's name"
                 );
-                let table = name;
-                sql.push_str(&format!("ALTER TABLE {table} RENAME COLUMN {from} TO {to};\n"));
+                // A table made after the column's addition has the new name already.
+                if !has(name, to) || has(name, from) {
+                    sql.push_str(&format!("ALTER TABLE {name} RENAME COLUMN {from} TO {to};\n"));
+                }
             }
             Step::DropCheckedKeys => {
                 for t in tables_of(Shape::Fleet).into_iter().filter(|t| t.fleet == Some(FleetKey::Checked)) {
@@ -448,13 +485,27 @@ pub fn migration_sql(shape: Shape, version: i32, steps: &[Step]) -> String {
     sql
 }
 
+/// What the migrations give rows written before `column` (its current name) of `table` existed,
+/// if anything: an SQL expression.
+pub fn fill_of(shape: Shape, table: &str, column: &str) -> Option<&'static str> {
+    shape.migrations().iter().find_map(|(version, steps)| {
+        steps.iter().find_map(|step| match step {
+            Step::AddColumn { table: t, column: c, fill } if *t == table => {
+                (current_name(shape.migrations(), *version, t, c) == column).then_some(*fill).flatten()
+            }
+            _ => None,
+        })
+    })
+}
+
 /// What the migrations give the rows written before a column existed (`UPDATE … WHERE column IS
 /// NULL`), for rows taken from elsewhere (the lake) that an older creator-etl wrote.
 pub fn fills_sql(shape: Shape) -> String {
     let mut sql = String::new();
-    for (_, steps) in shape.migrations() {
+    for (version, steps) in shape.migrations() {
         for step in *steps {
             if let Step::AddColumn { table, column, fill: Some(fill) } = step {
+                let column = current_name(shape.migrations(), *version, table, column);
                 sql.push_str(&format!("UPDATE {table} SET {column} = {fill} WHERE {column} IS NULL;\n"));
             }
         }

@@ -171,7 +171,7 @@ const ACTION_RESULTS: Table = Table {
         req("action", Type::Varchar, "`update_sale` or `mark_payout`"),
         req("target", Type::Varchar, "`sale <id>` or `payout <uuid>`"),
         req("approved", Type::Boolean, "the row was approved"),
-        req("outcome", Type::Varchar, "see the outcomes table of `creator-etl actions`"),
+        req("outcome", Type::Varchar, "see the outcomes table of the manual's Exactly-once actions"),
         null("http_status", Type::Integer, "the service's status, when it answered"),
         null("message", Type::Varchar, "the service's message, or why the row was skipped"),
         req("fingerprint", Type::Varchar, "as in `action_journal`"),
@@ -192,11 +192,11 @@ pub(super) const RUNS: Table = Table {
     columns: &[
         req("run_id", Type::Varchar, "the run (also its raw directory and report name)"),
         null("started_at", Type::TimestampTz, "when its extract started"),
-        null("finished_at", Type::TimestampTz, "when its load committed"),
-        req("status", Type::Varchar, "the extract's status (`completed`)"),
+        null("finished_at", Type::TimestampTz, "when its load's transaction ran"),
+        req("status", Type::Varchar, "the extract's status (`completed`), or `loaded` for a run loaded without its report"),
         null("extract_ms", Type::BigInt, "extract duration"),
         null("transform_ms", Type::BigInt, "transform duration"),
-        null("load_ms", Type::BigInt, "load duration"),
+        null("load_ms", Type::BigInt, "the load's own time before its transaction: opening the warehouse and reading the previous state, and in one organization's warehouse staging the frames"),
         null("requests", Type::BigInt, "API requests of the run"),
         null("retries", Type::BigInt, "retried attempts"),
         null("rate_limited", Type::BigInt, "429 answers"),
@@ -235,7 +235,7 @@ pub(super) const RUNS: Table = Table {
 
 pub(super) const ACTION_JOURNAL: Table = Table {
     name: "action_journal",
-    about: "One row per action sent, per run: the exactly-once record (see `creator-etl actions`). With `--lake`, it is also the lake's `action_journal`.",
+    about: "One row per action sent, per run: the exactly-once record (see the manual's Exactly-once actions). With `--lake`, it is also the lake's `action_journal`.",
     columns: &[
         req("fingerprint", Type::Varchar, "the action, target and normalised body, e.g. `update_sale sale=7001 {\"total\":1250}`"),
         req("run_id", Type::Varchar, "the actions run"),

@@ -29,7 +29,7 @@ fn every_migration_step_names_the_catalog() {
     for shape in [Shape::One, Shape::Fleet] {
         for (version, steps) in shape.migrations() {
             // Panics on a name the catalog does not have.
-            migration_sql(shape, *version, steps);
+            migration_sql(shape, *version, steps, &|_, _| false);
         }
     }
 }
@@ -50,7 +50,7 @@ fn a_rename_and_an_added_column_end_at_the_catalog() {
         Step::RenameColumn { table: "runs", from: "warning_count", to: "warnings" },
         Step::AddColumn { table: "runs", column: "sync_mode", fill: Some("'full'") },
     ];
-    conn.execute_batch(&migration_sql(Shape::One, 99, &steps)).unwrap();
+    conn.execute_batch(&migration_sql(Shape::One, 99, &steps, &|t, c| has(&conn, t, c))).unwrap();
     let columns = |conn: &duckdb::Connection| -> Vec<(String, String, bool)> {
         let mut stmt = conn
             .prepare("SELECT column_name, data_type, is_nullable = 'YES' FROM information_schema.columns WHERE table_name = 'runs' ORDER BY column_name")
@@ -66,11 +66,60 @@ fn a_rename_and_an_added_column_end_at_the_catalog() {
     assert_eq!((warnings, mode.as_str()), (3, "full"));
 }
 
+fn has(conn: &duckdb::Connection, table: &str, column: &str) -> bool {
+    conn.query_row(
+        "SELECT count(*) FROM duckdb_columns() WHERE table_name = ? AND column_name = ?",
+        [table, column],
+        |r| r.get::<_, i64>(0),
+    )
+    .unwrap()
+        > 0
+}
+
+fn run_columns(conn: &duckdb::Connection) -> Vec<(String, String, bool)> {
+    let mut stmt = conn
+        .prepare("SELECT column_name, data_type, is_nullable = 'YES' FROM information_schema.columns WHERE table_name = 'runs' ORDER BY column_name")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(Result::unwrap).collect()
+}
+
+/// A column added at one version and renamed at a later one, written as the steps name it: a
+/// warehouse from before the addition gets it under its old name then renamed; one whose table
+/// was made after the rename (here: made with the catalog's names) skips both. Both end as the
+/// catalog says, and the restore's fills use the current name.
+#[test]
+fn a_column_added_then_renamed_migrates_from_any_version() {
+    let migrations: &[(i32, &[Step])] = &[
+        (2, &[Step::AddColumn { table: "runs", column: "warning_count", fill: Some("0") }]),
+        (3, &[Step::RenameColumn { table: "runs", from: "warning_count", to: "warnings" }]),
+    ];
+    assert_eq!(current_name(migrations, 2, "runs", "warning_count"), "warnings");
+    let fresh = duckdb::Connection::open_in_memory().unwrap();
+    fresh.execute_batch(&RUNS.create_sql(Shape::One, "runs")).unwrap();
+    for made_before_the_column in [true, false] {
+        let conn = duckdb::Connection::open_in_memory().unwrap();
+        conn.execute_batch(&create_version_table_sql(Shape::One)).unwrap();
+        conn.execute_batch(&RUNS.create_sql(Shape::One, "runs")).unwrap();
+        if made_before_the_column {
+            conn.execute_batch("ALTER TABLE runs DROP COLUMN warnings").unwrap();
+        }
+        conn.execute_batch("INSERT INTO runs (run_id, status) VALUES ('r1', 'completed')").unwrap();
+        for (version, steps) in migrations {
+            let sql = migration_sql_in(migrations, Shape::One, *version, steps, &|t, c| has(&conn, t, c));
+            conn.execute_batch(&sql).unwrap();
+        }
+        assert_eq!(run_columns(&conn), run_columns(&fresh), "made before the column: {made_before_the_column}");
+        // A row from before version 2 gets the fill, under whichever name the column has.
+        let warnings: Option<i64> = conn.query_row("SELECT warnings FROM runs", [], |r| r.get(0)).unwrap();
+        assert_eq!(warnings, Some(0), "the fill reaches the rows of the version before");
+    }
+}
+
 #[test]
 #[should_panic(expected = "needs a default or a fill")]
 fn a_not_null_column_without_a_fill_is_refused() {
     let column = RUNS.columns.iter().find(|c| !c.nullable && c.default.is_none()).expect("runs has one");
-    migration_sql(Shape::One, 99, &[Step::AddColumn { table: "runs", column: column.name, fill: None }]);
+    migration_sql(Shape::One, 99, &[Step::AddColumn { table: "runs", column: column.name, fill: None }], &|_, _| false);
 }
 
 #[test]

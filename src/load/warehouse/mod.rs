@@ -111,9 +111,6 @@ fn lock_holder(e: &duckdb::Error) -> Option<String> {
     })
 }
 
-/// The prefix of a publish's copy, beside the readers' snapshot.
-const PUBLISHING: &str = ".publish-";
-
 /// Checkpoints the writer's warehouse, closes it, and publishes it as the readers' snapshot with
 /// one rename. Readers holding the old snapshot keep it until they reconnect.
 pub fn publish(conn: Connection, out: &OutDir) -> Result<(), LoadError> {
@@ -121,7 +118,7 @@ pub fn publish(conn: Connection, out: &OutDir) -> Result<(), LoadError> {
     drop(conn);
     let from = out.writer_warehouse();
     let to = out.warehouse();
-    let tmp = out.root().join(format!("{PUBLISHING}{}", std::process::id()));
+    let tmp = out.publishing_file(std::process::id());
     let io = crate::out::io_err;
     std::fs::copy(&from, &tmp).map_err(io("copy the warehouse for readers", &from))?;
     std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io("sync", &tmp))?;
@@ -139,8 +136,7 @@ pub fn clean_publish_leftovers(out: &OutDir) {
     if let Ok(entries) = std::fs::read_dir(out.root()) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            // This release's copies, and an earlier release's (`.warehouse.duckdb.publish-N`).
-            if name.starts_with(PUBLISHING) || (name.starts_with('.') && name.contains(".duckdb.publish-")) {
+            if OutDir::is_publish_leftover(&name) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
@@ -255,11 +251,24 @@ pub fn migrate(conn: &Connection, shape: Shape) -> Result<i32, LoadError> {
         in_transaction(&catalog::create_all_sql(shape), "create the warehouse's tables".into())?;
         return Ok(target);
     }
-    let mut sql = catalog::create_version_table_sql(shape);
+    in_transaction(&catalog::create_version_table_sql(shape), "create the schema version table".into())?;
     for (version, steps) in shape.migrations().iter().filter(|(v, _)| *v > current) {
-        sql.push_str(&catalog::migration_sql(shape, *version, steps));
-        in_transaction(&sql, format!("migrate to schema version {version}"))?;
-        sql.clear();
+        let what = format!("migrate to schema version {version}");
+        let tx = conn.unchecked_transaction().map_err(|e| LoadError::db(what.clone(), e))?;
+        // The columns as they are inside this migration's transaction, before its steps.
+        let mut columns: Vec<(String, String)> = vec![];
+        let mut stmt = tx
+            .prepare("SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = 'main'")
+            .map_err(|e| LoadError::db(what.clone(), e))?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map_err(|e| LoadError::db(what.clone(), e))?;
+        for row in rows {
+            columns.push(row.map_err(|e| LoadError::db(what.clone(), e))?);
+        }
+        drop(stmt);
+        let has = |table: &str, column: &str| columns.iter().any(|(t, c)| t == table && c == column);
+        tx.execute_batch(&catalog::migration_sql(shape, *version, steps, &has))
+            .map_err(|e| LoadError::db(what.clone(), e))?;
+        tx.commit().map_err(|e| LoadError::db(what, e))?;
         tracing::info!(version, "warehouse schema migrated");
     }
     Ok(target)

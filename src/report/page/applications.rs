@@ -24,9 +24,15 @@ pub(super) fn section(t: &Typed, a: &Answers) -> Section {
     let by_status = &t.applications_by_status;
     let total: i64 = by_status.iter().map(|r| r.applications).sum();
     let pending_now = by_status.iter().find(|r| r.status == "pending").map_or(0, |r| r.applications);
-    s.figure("applications_total", "Applications, as of the last load".into(), int_text(total), json!(total), None);
     s.figure(
-        "applications_pending",
+        super::key::APPLICATIONS_TOTAL,
+        "Applications, as of the last load".into(),
+        int_text(total),
+        json!(total),
+        None,
+    );
+    s.figure(
+        super::key::APPLICATIONS_PENDING,
         "Pending applications, as of the last load".into(),
         int_text(pending_now),
         json!(pending_now),

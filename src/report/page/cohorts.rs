@@ -16,7 +16,7 @@ pub(super) fn section(t: &Typed, a: &Answers) -> Section {
     let rejected: i64 = buckets.iter().map(|r| r.rejected).sum();
     let overall = (accepted + rejected > 0).then(|| accepted as f64 / (accepted + rejected) as f64);
     s.figure(
-        "acceptance_rate",
+        super::key::ACCEPTANCE_RATE,
         "Acceptance rate, every application decided so far".into(),
         rate_text(overall),
         opt_json(overall),

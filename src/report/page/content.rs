@@ -35,7 +35,7 @@ pub(super) fn section(t: &Typed, a: &Answers) -> Section {
                 let total = w.of(metric).0;
                 let change = full_week_change(all, w, metric);
                 s.figure(
-                    &format!("{metric}_last_full_week"),
+                    &super::key::last_full_week(metric),
                     format!("{}, ISO week {label}", capital(metric)),
                     opt_int(total),
                     opt_json(total),
@@ -46,7 +46,7 @@ pub(super) fn section(t: &Typed, a: &Answers) -> Section {
                 );
                 let change = change.ok();
                 s.figure(
-                    &format!("{metric}_wow_change"),
+                    &super::key::wow_change(metric),
                     format!("{} week over week, ISO week {label}", capital(metric)),
                     change_text(change),
                     opt_json(change),

@@ -25,7 +25,7 @@ pub(super) fn section(t: &Typed) -> Section {
     );
     let mode = last.mode();
     s.figure(
-        "last_sync_mode",
+        super::key::LAST_SYNC_MODE,
         "Mode of the last sync".into(),
         mode.to_owned(),
         json!(mode),
@@ -41,8 +41,8 @@ pub(super) fn section(t: &Typed) -> Section {
         None,
     );
     for (key, label, v) in [
-        ("last_run_requests", "Requests, last run", last.requests),
-        ("last_run_rate_limited", "429 responses, last run", last.rate_limited),
+        (super::key::LAST_RUN_REQUESTS, "Requests, last run", last.requests),
+        (super::key::LAST_RUN_RATE_LIMITED, "429 responses, last run", last.rate_limited),
         ("last_run_warnings", "Warnings, last run", last.warnings),
     ] {
         s.figure(key, format!("{label}{on}"), opt_int(v), opt_json(v), None);

@@ -14,6 +14,7 @@ mod content;
 mod corrections;
 mod health;
 mod html;
+mod key;
 mod overview;
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use super::html::{change_text, esc, int_text, rate_text, table, Cell};
-use super::{data_block, head};
+use super::{data_block, head, key};
 use crate::report::data::stamp;
 use crate::report::health::{Health, HealthState};
 
@@ -77,14 +77,14 @@ pub fn overview(source: &str, generated_at: DateTime<Utc>, rows: &[OverviewRow])
                     last.map_or_else(String::new, |t| t.timestamp().to_string()),
                     esc(&last.map_or("–".into(), stamp)),
                 ),
-                Cell::Text(fig(r, "last_sync_mode").as_str().map_or("–", |m| m).to_owned()),
-                count_cell(r, "last_run_requests"),
-                count_cell(r, "last_run_rate_limited"),
-                count_cell(r, "applications_total"),
-                count_cell(r, "applications_pending"),
-                count_cell(r, "views_last_full_week"),
-                num_cell(fig(r, "views_wow_change"), change_text(fig(r, "views_wow_change").as_f64())),
-                num_cell(fig(r, "acceptance_rate"), rate_text(fig(r, "acceptance_rate").as_f64())),
+                Cell::Text(fig(r, key::LAST_SYNC_MODE).as_str().map_or("–", |m| m).to_owned()),
+                count_cell(r, key::LAST_RUN_REQUESTS),
+                count_cell(r, key::LAST_RUN_RATE_LIMITED),
+                count_cell(r, key::APPLICATIONS_TOTAL),
+                count_cell(r, key::APPLICATIONS_PENDING),
+                count_cell(r, &key::last_full_week("views")),
+                num_cell(fig(r, &key::wow_change("views")), change_text(fig(r, &key::wow_change("views")).as_f64())),
+                num_cell(fig(r, key::ACCEPTANCE_RATE), rate_text(fig(r, key::ACCEPTANCE_RATE).as_f64())),
             ]
         })
         .collect();

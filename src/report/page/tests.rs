@@ -104,7 +104,7 @@ fn a_week_over_week_change_needs_a_full_week_before() {
         ]),
     );
     let s = content::section(&Typed::of(&a).unwrap(), &a);
-    let wow = s.figures.iter().find(|f| f.key == "views_wow_change").unwrap();
+    let wow = s.figures.iter().find(|f| f.key == super::key::wow_change("views")).unwrap();
     assert_eq!(wow.value, Value::Null, "no change on a partly loaded week");
     assert!(s.figures.iter().any(|f| f.note.as_deref() == Some("the week before is not fully loaded")));
     // A full week before with nothing in it: no change either, and the note says why.
