@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use crate::commands::actions::ActionsCommand;
 use crate::commands::demo::DemoArgs;
 use crate::commands::emulator::EmulatorArgs;
-use crate::commands::extract::ExtractArgs;
+use crate::commands::extract::ExtractCommandArgs;
 use crate::commands::fleet::FleetCommand;
 use crate::commands::load::LoadArgs;
 use crate::commands::query::QueryArgs;
@@ -42,7 +42,7 @@ pub enum Command {
     Emulator(EmulatorArgs),
     /// Crawl every application and the content statistics into the raw landing; resumes an
     /// unfinished run; prints the run report on stdout
-    Extract(ExtractArgs),
+    Extract(ExtractCommandArgs),
     /// Transform a raw run and load it into the DuckDB warehouse and Parquet, without calling
     /// the API; prints the load report on stdout
     Load(LoadArgs),

@@ -16,7 +16,10 @@ pub fn pages() -> Vec<(String, String)> {
     for sub in cli.get_subcommands() {
         pages.push((format!("commands/reference/{}.md", sub.get_name()), command_page(sub)));
     }
-    pages.push(("reference/tables.md".to_owned(), generated(&crate::load::catalog::dictionary())));
+    // The tables chapter's own headings are `##`; each table is a section under them.
+    let dictionary = crate::load::catalog::dictionary().replace("\n## ", "\n### ");
+    let dictionary = dictionary.strip_prefix("## ").map_or(dictionary.clone(), |rest| format!("### {rest}"));
+    pages.push(("reference/tables.md".to_owned(), generated(&dictionary)));
     pages
 }
 
@@ -35,20 +38,23 @@ fn global_page(cli: &Command) -> String {
     generated(&md)
 }
 
-/// A command's page: its usage and options, and each of its subcommands' (`fleet run`).
+/// A command's page: its usage and options, and each of its subcommands' (`fleet run`) under a
+/// heading of its own (the chapter that includes the page has the command's title).
 fn command_page(cmd: &Command) -> String {
     let mut md = String::new();
-    section(&mut md, &[cmd.get_name()], cmd, "###");
+    section(&mut md, &[cmd.get_name()], cmd, None);
     for nested in cmd.get_subcommands().filter(|n| !n.is_hide_set()) {
-        section(&mut md, &[cmd.get_name(), nested.get_name()], nested, "###");
+        section(&mut md, &[cmd.get_name(), nested.get_name()], nested, Some("###"));
     }
     generated(&md)
 }
 
-fn section(md: &mut String, names: &[&str], cmd: &Command, level: &str) {
+fn section(md: &mut String, names: &[&str], cmd: &Command, heading: Option<&str>) {
     let name = names.join(" ");
     let has_subcommands = cmd.get_subcommands().next().is_some();
-    md.push_str(&format!("{level} `creator-etl {name}`\n\n"));
+    if let Some(level) = heading {
+        md.push_str(&format!("{level} `creator-etl {name}`\n\n"));
+    }
     if let Some(about) = cmd.get_long_about().or(cmd.get_about()) {
         md.push_str(&one_paragraph(&about.to_string()));
         md.push_str("\n\n");

@@ -22,7 +22,7 @@ pub struct EmulatorArgs {
     /// Seed of the generated data
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Applications of the main organization
+    /// Applications of the main organization (1,000,000 works)
     #[arg(long, default_value_t = 2000)]
     pub applications: usize,
     /// Updatable affiliate sales of the main organization (ids from 7001)
@@ -46,7 +46,8 @@ pub struct EmulatorArgs {
     /// Add applications and move pending ones to other statuses while clients page
     #[arg(long)]
     pub drift: bool,
-    /// Serve introspection routes (request counts, writes, violations, drift) under /__admin
+    /// Serve introspection routes as JSON: `/__admin/requests` (counts and records),
+    /// `/__admin/writes`, `/__admin/violations`, `/__admin/drift`
     #[arg(long)]
     pub admin: bool,
     /// Full-access key of the main organization
@@ -66,8 +67,8 @@ pub struct EmulatorArgs {
     pub org_applications: usize,
     /// A numbered organization's own policy, `K:SETTING,...` (repeatable), with settings
     /// `min_interval_ms=MS`, `hourly_cap=N`, `cap_window_s=S`, `fault_rate=P`, `revoked`,
-    /// `skewed_totals` (content totals off by one: a data-quality finding) and `no_content` (a
-    /// new organization: no content statistics yet, both series `[]`);
+    /// `skewed_totals` (content totals off by one: a data-quality finding, fatal under `--strict`)
+    /// and `no_content` (a new organization: no content statistics yet, both series `[]`);
     /// e.g. `--org-policy 3:hourly_cap=5,fault_rate=0.5`
     #[arg(long = "org-policy", value_name = "K:SETTINGS")]
     pub org_policies: Vec<String>,

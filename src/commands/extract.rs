@@ -43,7 +43,8 @@ pub struct ExtractArgs {
     /// Only applications to this campaign
     #[arg(long, value_name = "ID")]
     pub campaign_id: Option<i64>,
-    /// Requests in flight at once; the pacer still spaces their starts
+    /// Requests in flight at once; the pacer still spaces their starts, so under the real 2 s
+    /// spacing more buys nothing: it pays only when answers take longer than the spacing
     #[arg(long, default_value_t = crate::extract::DEFAULT_CONCURRENCY, value_name = "N")]
     pub concurrency: usize,
     /// Crawls of a status while its rows disagree with the service's count (drift)
@@ -65,9 +66,6 @@ pub struct ExtractArgs {
     /// How far back the first run goes
     #[arg(long, default_value_t = crate::extract::DEFAULT_SINCE_DAYS, value_name = "N")]
     pub since_days: u32,
-    /// Print the plan after page 1 of each status (at most one request per status), then stop
-    #[arg(long)]
-    pub plan_only: bool,
     /// After a completed run, keep only the newest N raw landings
     #[arg(long, value_name = "N")]
     pub keep_raw: Option<usize>,
@@ -137,7 +135,7 @@ impl ExtractArgs {
             window_days: self.window_days,
             lookback_days: self.lookback_days,
             since_days: self.since_days,
-            plan_only: self.plan_only,
+            plan_only: false,
             keep_raw: self.keep_raw,
             fresh: self.fresh,
             progress_bars: global.quiet == 0,
@@ -149,8 +147,19 @@ impl ExtractArgs {
     }
 }
 
-pub async fn exec(args: &ExtractArgs, global: &GlobalArgs) -> Result<u8, Error> {
-    let (client_config, config) = validate_both(global.client_config(), args.config(global))?;
+/// `creator-etl extract`'s arguments: the crawl's, which `run` shares, and the plan, its own.
+#[derive(Debug, Args)]
+pub struct ExtractCommandArgs {
+    #[command(flatten)]
+    pub extract: ExtractArgs,
+    /// Print the plan after page 1 of each status (at most one request per status), then stop
+    #[arg(long)]
+    pub plan_only: bool,
+}
+
+pub async fn exec(args: &ExtractCommandArgs, global: &GlobalArgs) -> Result<u8, Error> {
+    let (client_config, mut config) = validate_both(global.client_config(), args.extract.config(global))?;
+    config.plan_only = args.plan_only;
     let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let _lock = config.out.lock("extract")?;
     let extract_config = config.clone();

@@ -33,7 +33,7 @@ pub struct FleetSelect {
     /// The fleet file (TOML; see `examples/fleet.toml`)
     #[arg(long, env = "CREATOR_ETL_FLEET", value_name = "FILE")]
     pub config: PathBuf,
-    /// Only these organizations, comma-separated names
+    /// Only these organizations, comma-separated names; an unknown name exits 2
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     pub only: Vec<String>,
     /// Only the organizations of shard INDEX of COUNT (INDEX from 0), by a stable hash of their
@@ -83,7 +83,8 @@ pub struct FleetRunArgs {
     #[command(flatten)]
     pub select: FleetSelect,
     /// Also write one shared Delta Lake (`file:///path` or `s3://bucket/prefix`), each
-    /// organization under its name; each keeps its own warehouse
+    /// organization under its name; the fleet warehouse (or each organization's, with
+    /// `--warehouse per-org`) stays the source its rows are committed from
     #[arg(long, env = "CREATOR_ETL_LAKE", value_name = "URL")]
     pub lake: Option<String>,
     /// Accept an `s3://` lake whose endpoint ignores conditional writes (`If-None-Match`), which
@@ -119,7 +120,8 @@ pub struct FleetRunArgs {
     /// Fail an organization's load when a data-quality check finds a problem
     #[arg(long)]
     pub strict: bool,
-    /// Bucket edges of monthly posts for `post_count_cohorts`, comma-separated, increasing
+    /// Bucket edges of monthly posts for `post_count_cohorts`, comma-separated, increasing: the
+    /// default gives the buckets `0`, `1-4`, `5-12`, `13-30`, `31+`, plus `no_accounts`
     #[arg(long, value_delimiter = ',', default_value = crate::transform::DEFAULT_COHORT_EDGES_FLAG, value_name = "LIST")]
     pub cohort_edges: Vec<i64>,
     #[command(flatten)]
@@ -127,7 +129,7 @@ pub struct FleetRunArgs {
     /// Write per-organization metrics here in the Prometheus textfile-collector format
     #[arg(long, value_name = "PATH")]
     pub metrics_file: Option<PathBuf>,
-    /// POST OpenLineage run events (START, COMPLETE, FAIL) to this URL
+    /// POST OpenLineage run events (START, then COMPLETE, ABORT or FAIL) to this URL
     #[arg(long, value_name = "URL", conflicts_with = "openlineage_file")]
     pub openlineage_url: Option<String>,
     /// Append OpenLineage run events to this file, one JSON object per line

@@ -23,7 +23,8 @@ pub struct LoadArgs {
 
 #[derive(Debug, Args)]
 pub struct LoadOptions {
-    /// Bucket edges of monthly posts for `post_count_cohorts`, comma-separated, increasing
+    /// Bucket edges of monthly posts for `post_count_cohorts`, comma-separated, increasing: the
+    /// default gives the buckets `0`, `1-4`, `5-12`, `13-30`, `31+`, plus `no_accounts`
     #[arg(long, value_delimiter = ',', default_value = crate::transform::DEFAULT_COHORT_EDGES_FLAG, value_name = "LIST")]
     pub cohort_edges: Vec<i64>,
     /// Fail the load when a data-quality check finds a problem (otherwise it is recorded)

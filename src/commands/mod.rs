@@ -53,11 +53,11 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// More log detail (-v debug, -vv trace); `RUST_LOG` overrides
+    /// More log detail than the default `info` (-v debug, -vv trace); `RUST_LOG` overrides
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
-    /// Less log detail (-q warnings only, -qq errors only)
+    /// Less log detail than the default `info` (-q warnings only, -qq errors only)
     #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "verbose")]
     pub quiet: u8,
 
@@ -78,7 +78,8 @@ pub struct GlobalArgs {
     #[arg(long, global = true, default_value_t = DEFAULT_MAX_ATTEMPTS, value_name = "N")]
     pub max_attempts: u32,
 
-    /// No retry starts once this many seconds have passed since a request's first attempt
+    /// No retry starts once this many seconds have passed since a request's first attempt (the
+    /// default covers one hourly reset of the cap)
     #[arg(long, global = true, default_value_t = DEFAULT_DEADLINE.as_secs(), value_name = "S")]
     pub deadline_s: u64,
 

@@ -17,7 +17,8 @@ pub struct ReportArgs {
     /// it, several organizations get an overview and a page each)
     #[arg(long, value_name = "NAME")]
     pub org: Option<String>,
-    /// Show the data as stale when its last sync finished longer ago than this (`26h`, `3d`)
+    /// Show the data as stale when its last sync finished longer ago than this (`26h`, `3d`);
+    /// the default is a daily schedule with two hours' slack
     #[arg(long, default_value = "26h", value_name = "DURATION")]
     pub stale_after: String,
 }

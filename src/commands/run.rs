@@ -69,9 +69,6 @@ async fn write_report(out: &OutDir) -> ReportNote {
 pub async fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let (client_config, (config, load_config)) =
         validate_both(global.client_config(), validate_both(args.extract.config(global), args.options.config(global)))?;
-    if config.plan_only {
-        return Err(Error::Config(vec!["`--plan-only` belongs to `creator-etl extract`".into()]));
-    }
     // The reviewed file is validated before anything is fetched.
     let actions = args.actions.as_deref().map(|file| args.guards.config(file, global)).transpose()?;
     let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;

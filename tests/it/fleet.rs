@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::util::{assert_exit, count, db, report, run_bin, show, Bin, TestEmu};
 
 /// An emulator of `n` numbered organizations of `apps` applications each.
-fn fleet_emulator(n: u32, apps: usize, policies: &[(u32, OrgPolicy)]) -> TestEmu {
+pub(crate) fn fleet_emulator(n: u32, apps: usize, policies: &[(u32, OrgPolicy)]) -> TestEmu {
     let mut cfg = EmulatorConfig::for_tests(20);
     cfg.data.organizations = n;
     cfg.data.org_applications = apps;
@@ -22,7 +22,7 @@ fn fleet_emulator(n: u32, apps: usize, policies: &[(u32, OrgPolicy)]) -> TestEmu
 }
 
 /// A fleet file naming organization k of the emulator as `names[k-1]`, keys in `KEY_<k>`.
-fn fleet_file(dir: &Path, names: &[&str], extra: &str) -> std::path::PathBuf {
+pub(crate) fn fleet_file(dir: &Path, names: &[&str], extra: &str) -> std::path::PathBuf {
     let mut text = format!("[defaults]\nsince_days = 60\n{extra}\n");
     for (i, name) in names.iter().enumerate() {
         text.push_str(&format!("[[organization]]\nname = \"{name}\"\nkey_env = \"KEY_{}\"\n", i + 1));
@@ -32,7 +32,7 @@ fn fleet_file(dir: &Path, names: &[&str], extra: &str) -> std::path::PathBuf {
     path
 }
 
-fn key_env(n: u32) -> Vec<(String, String)> {
+pub(crate) fn key_env(n: u32) -> Vec<(String, String)> {
     (1..=n).map(|k| (format!("KEY_{k}"), org_key(k))).collect()
 }
 
@@ -52,7 +52,7 @@ fn warehouse_ids(dir: &Path, name: &str) -> BTreeSet<i64> {
     st.query_map([], |r| r.get::<_, i64>(0)).unwrap().map(Result::unwrap).collect()
 }
 
-fn truth_ids(emu: &TestEmu, k: u32) -> BTreeSet<i64> {
+pub(crate) fn truth_ids(emu: &TestEmu, k: u32) -> BTreeSet<i64> {
     emu.state.applications(numbered_org(k)).iter().map(|a| a.id).collect()
 }
 

@@ -1,6 +1,7 @@
 //! The one integration-test binary: everything over real HTTP on 127.0.0.1.
 
 mod actions;
+mod airflow;
 mod api;
 mod architecture;
 mod cli;
