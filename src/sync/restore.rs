@@ -79,9 +79,10 @@ fn lake_run_ids(t: &crate::query::lake::TableFiles) -> Result<BTreeSet<String>, 
 /// this one's intents reached the lake and its push did not), only they are merged and the
 /// warehouse's data is left as it is.
 ///
-/// Columns are matched by name: a lake file written at an older schema restores with the
-/// missing columns NULL (as the warehouse's migrations leave them), and a column this version
-/// does not know is left out. It all happens in one transaction, so a restore that fails leaves
+/// Columns are matched by name, and by the names a column had before a rename: a lake file
+/// written at an older schema restores with the columns it lacks as the warehouse's migrations
+/// leave them (their fill or default, else NULL), and a column this version does not know is
+/// left out. It all happens in one transaction, so a restore that fails leaves
 /// the warehouse as it was, and the next run restores again.
 pub async fn restore_from_lake(
     out: &crate::out::OutDir,
@@ -215,23 +216,30 @@ fn restore_tables(out: &crate::out::OutDir, tables: &[crate::query::lake::TableF
             // warehouse's columns (of the schema they were written at).
             let source = format!("read_parquet([{}], union_by_name = true)", files.join(", "));
             let in_lake = columns(&format!("SELECT column_name FROM (DESCRIBE SELECT * FROM {source})"), t.table)?;
-            let in_warehouse: Vec<String> = crate::load::catalog::table(t.table)
-                .map(|c| c.columns.iter().map(|c| c.name.to_owned()).collect())
-                .unwrap_or_default();
-            // Each column the files have, and each they lack that a migration fills; a filled
-            // column gets its fill where the files hold NULL (written before it existed), so a
-            // NOT NULL column added with a fill restores from an older release's files.
+            let catalog = crate::load::catalog::table(t.table);
+            // Each catalog column: from the files' column of that name, or of a name it had
+            // before a rename (an older release wrote it so), else what fills it (a migration's
+            // fill, or its default); where the files hold NULL because they were written
+            // before the column existed, the same fill. A NOT NULL column added with a fill or a
+            // default so restores from an older release's files, and a renamed one keeps its
+            // values.
             let shape = crate::load::catalog::Shape::One;
             let (mut names, mut values) = (vec![], vec![]);
-            for c in &in_warehouse {
-                let fill = crate::load::catalog::fill_of(shape, t.table, c);
-                let value = match (in_lake.contains(c), fill) {
-                    (true, Some(fill)) => format!("coalesce({}, {fill})", ident(c)),
-                    (true, None) => ident(c),
-                    (false, Some(fill)) => fill.to_owned(),
-                    (false, None) => continue,
+            for c in catalog.iter().flat_map(|t| t.columns.iter()) {
+                let fill = crate::load::catalog::fill_of(shape, t.table, c.name).or(c.default);
+                let sources: Vec<String> = std::iter::once(c.name)
+                    .chain(crate::load::catalog::former_names(shape, t.table, c.name))
+                    .filter(|n| in_lake.iter().any(|l| l == n))
+                    .map(ident)
+                    .collect();
+                let value = match (sources.is_empty(), fill) {
+                    (false, Some(fill)) => format!("coalesce({}, {fill})", sources.join(", ")),
+                    (false, None) if sources.len() == 1 => sources[0].clone(),
+                    (false, None) => format!("coalesce({})", sources.join(", ")),
+                    (true, Some(fill)) => fill.to_owned(),
+                    (true, None) => continue,
                 };
-                names.push(ident(c));
+                names.push(ident(c.name));
                 values.push(value);
             }
             let rows = conn

@@ -415,8 +415,8 @@ fn current_name(migrations: &[(i32, &[Step])], version: i32, table: &str, column
 /// says whether the warehouse being migrated has that column now (read inside the migration's
 /// transaction): a step names columns as they were at its version, and definitions come from the
 /// catalog as it is now, so a column added at version 3 and renamed at version 5 is added under
-/// its old name (with its current type) and renamed at 5, while a table created at version 4,
-/// which already has the new name, skips both.
+/// its old name (with its current type) and renamed at 5, while a table that a `Create` made
+/// with the catalog's current columns (in the same run of migrations) skips both.
 pub fn migration_sql(shape: Shape, version: i32, steps: &[Step], has: &dyn Fn(&str, &str) -> bool) -> String {
     migration_sql_in(shape.migrations(), shape, version, steps, has)
 }
@@ -463,15 +463,26 @@ fn migration_sql_in(
                     t.column(now).is_some() && t.column(from).is_none(),
                     "{name}: a rename ends at the catalog's name"
                 );
-                // A table made after the column's addition has the new name already.
-                if !has(name, to) || has(name, from) {
+                // A table made after the column's addition has its current name already (and
+                // so skips every rename of it, however many).
+                if !has(name, now) {
                     sql.push_str(&format!("ALTER TABLE {name} RENAME COLUMN {from} TO {to};\n"));
                 }
             }
             Step::DropCheckedKeys => {
                 for t in tables_of(Shape::Fleet).into_iter().filter(|t| t.fleet == Some(FleetKey::Checked)) {
                     let name = t.name;
-                    sql.push_str(&t.create_sql(shape, &format!("{name}__rebuilt")));
+                    // The table as it is now, without its key: each catalog column under the
+                    // name the table has it by (a later version may rename it), and none that a
+                    // later version adds (its step adds it, with its fill).
+                    let mut parts = vec![format!("{ORGANIZATION} VARCHAR NOT NULL")];
+                    for c in t.columns {
+                        let names = std::iter::once(c.name).chain(former_names_in(migrations, name, c.name));
+                        if let Some(there) = names.into_iter().find(|n| has(name, n)) {
+                            parts.push(column_sql(&Column { name: there, ..*c }));
+                        }
+                    }
+                    sql.push_str(&create_table(&format!("{name}__rebuilt"), &parts.join(", ")));
                     sql.push_str(&format!(
                         "INSERT INTO {name}__rebuilt BY NAME SELECT * FROM {name};\nDROP TABLE {name};\n\
                          ALTER TABLE {name}__rebuilt RENAME TO {name};\n"
@@ -483,6 +494,25 @@ fn migration_sql_in(
     }
     sql.push_str(&format!("INSERT INTO {} VALUES ({version}, now());\n", shape.version_table()));
     sql
+}
+
+/// The names `column` (its current name) of `table` had before later renames, newest first.
+pub fn former_names(shape: Shape, table: &str, column: &str) -> Vec<&'static str> {
+    former_names_in(shape.migrations(), table, column)
+}
+
+fn former_names_in(migrations: &[(i32, &[Step])], table: &str, column: &str) -> Vec<&'static str> {
+    let mut names = vec![];
+    for (version, steps) in migrations.iter().rev() {
+        for step in steps.iter().rev() {
+            if let Step::RenameColumn { table: t, from, to } = step {
+                if *t == table && current_name(migrations, *version, t, to) == column {
+                    names.push(*from);
+                }
+            }
+        }
+    }
+    names
 }
 
 /// What the migrations give rows written before `column` (its current name) of `table` existed,

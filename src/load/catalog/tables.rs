@@ -196,7 +196,7 @@ pub(super) const RUNS: Table = Table {
         req("status", Type::Varchar, "the extract's status (`completed`), or `loaded` for a run loaded without its report"),
         null("extract_ms", Type::BigInt, "extract duration"),
         null("transform_ms", Type::BigInt, "transform duration"),
-        null("load_ms", Type::BigInt, "the load's own time before its transaction: opening the warehouse and reading the previous state, and in one organization's warehouse staging the frames"),
+        null("load_ms", Type::BigInt, "the load's own time before its transaction: opening the warehouse (a fleet member: its views) and reading the previous state, and in one organization's warehouse staging the frames"),
         null("requests", Type::BigInt, "API requests of the run"),
         null("retries", Type::BigInt, "retried attempts"),
         null("rate_limited", Type::BigInt, "429 answers"),

@@ -83,17 +83,21 @@ fn run_columns(conn: &duckdb::Connection) -> Vec<(String, String, bool)> {
     stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(Result::unwrap).collect()
 }
 
-/// A column added at one version and renamed at a later one, written as the steps name it: a
-/// warehouse from before the addition gets it under its old name then renamed; one whose table
-/// was made after the rename (here: made with the catalog's names) skips both. Both end as the
-/// catalog says, and the restore's fills use the current name.
+/// A column added at one version and renamed at later ones (twice), written as the steps name
+/// it: a warehouse from before the addition gets it under its first name, then renamed each
+/// time; one whose table was made with the catalog's current names skips every step. Both end
+/// as the catalog says, and a restore finds the column under each former name.
 #[test]
 fn a_column_added_then_renamed_migrates_from_any_version() {
     let migrations: &[(i32, &[Step])] = &[
         (2, &[Step::AddColumn { table: "runs", column: "warning_count", fill: Some("0") }]),
-        (3, &[Step::RenameColumn { table: "runs", from: "warning_count", to: "warnings" }]),
+        (3, &[Step::RenameColumn { table: "runs", from: "warning_count", to: "warning_total" }]),
+        (4, &[Step::RenameColumn { table: "runs", from: "warning_total", to: "warnings" }]),
     ];
     assert_eq!(current_name(migrations, 2, "runs", "warning_count"), "warnings");
+    assert_eq!(current_name(migrations, 3, "runs", "warning_total"), "warnings");
+    assert_eq!(former_names_in(migrations, "runs", "warnings"), ["warning_total", "warning_count"]);
+    assert!(former_names_in(migrations, "runs", "run_id").is_empty());
     let fresh = duckdb::Connection::open_in_memory().unwrap();
     fresh.execute_batch(&RUNS.create_sql(Shape::One, "runs")).unwrap();
     for made_before_the_column in [true, false] {

@@ -251,7 +251,9 @@ pub fn migrate(conn: &Connection, shape: Shape) -> Result<i32, LoadError> {
         in_transaction(&catalog::create_all_sql(shape), "create the warehouse's tables".into())?;
         return Ok(target);
     }
-    in_transaction(&catalog::create_version_table_sql(shape), "create the schema version table".into())?;
+    // The version table is made with the first migration, in its transaction: a failed
+    // migration leaves no version table to mark the file as one it is not.
+    let mut version_table = Some(catalog::create_version_table_sql(shape));
     for (version, steps) in shape.migrations().iter().filter(|(v, _)| *v > current) {
         let what = format!("migrate to schema version {version}");
         let tx = conn.unchecked_transaction().map_err(|e| LoadError::db(what.clone(), e))?;
@@ -266,8 +268,8 @@ pub fn migrate(conn: &Connection, shape: Shape) -> Result<i32, LoadError> {
         }
         drop(stmt);
         let has = |table: &str, column: &str| columns.iter().any(|(t, c)| t == table && c == column);
-        tx.execute_batch(&catalog::migration_sql(shape, *version, steps, &has))
-            .map_err(|e| LoadError::db(what.clone(), e))?;
+        let sql = version_table.take().unwrap_or_default() + &catalog::migration_sql(shape, *version, steps, &has);
+        tx.execute_batch(&sql).map_err(|e| LoadError::db(what.clone(), e))?;
         tx.commit().map_err(|e| LoadError::db(what, e))?;
         tracing::info!(version, "warehouse schema migrated");
     }
