@@ -127,30 +127,7 @@ pub(crate) fn notebook_python() -> PathBuf {
 }
 
 fn make_notebook_venv() -> PathBuf {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("notebook-venv");
-    let python = venv.join("bin/python");
-    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks/requirements.txt");
-    let wanted = std::fs::read_to_string(&requirements).unwrap();
-    let stamp = venv.join("requirements.installed");
-    if python.exists() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
-        return python;
-    }
-    let run = |cmd: &mut Command| {
-        let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-        assert!(
-            o.status.success(),
-            "{cmd:?}:\n{}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    };
-    // Without the stamp, an earlier attempt may have stopped half-way: start clean.
-    run(Command::new(crate::needs::python3()).args(["-m", "venv", "--clear"]).arg(&venv));
-    run(Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
-        .arg(&requirements));
-    std::fs::write(&stamp, wanted).unwrap();
-    python
+    crate::needs::venv("notebook-venv", "notebooks/requirements.txt").join("bin/python")
 }
 
 /// Each notebook runs top to bottom under a real Jupyter kernel against the demo warehouse

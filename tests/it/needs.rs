@@ -4,7 +4,7 @@
 //! into the target directory. Where a package cannot be installed, the test fails with the one
 //! line that installs it; nothing is skipped.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
@@ -128,4 +128,33 @@ pub fn mdbook() -> PathBuf {
             installed
         })
         .clone()
+}
+
+/// A virtualenv named `name` under the target directory with the requirements file
+/// `requirements` (relative to the repository) installed from PyPI, made again only when that
+/// file changed. Call it through a `OnceLock`: tests run in parallel threads.
+pub fn venv(name: &str, requirements: &str) -> PathBuf {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join(requirements);
+    let wanted = std::fs::read_to_string(&requirements).unwrap();
+    let stamp = venv.join("requirements.installed");
+    if venv.join("bin/python").exists() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
+        return venv;
+    }
+    let run = |cmd: &mut Command| {
+        let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        assert!(
+            o.status.success(),
+            "{cmd:?}:\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    // Without the stamp, an earlier attempt may have stopped half-way: start clean.
+    run(Command::new(python3()).args(["-m", "venv", "--clear"]).arg(&venv));
+    run(Command::new(venv.join("bin/python"))
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+        .arg(&requirements));
+    std::fs::write(&stamp, wanted).unwrap();
+    venv
 }
