@@ -14,10 +14,12 @@
 //! ([`ONE_MIGRATIONS`], [`FLEET_MIGRATIONS`]): a step names what changed, and takes its
 //! definition from the catalog, so the schema is written once.
 
+mod migrations;
 mod tables;
 #[cfg(test)]
 mod tests;
 
+pub use migrations::{fill_of, fills_sql, former_names, migration_sql, Step, FLEET_MIGRATIONS, ONE_MIGRATIONS};
 use tables::{ACTION_JOURNAL, SCHEMA_VERSION};
 pub use tables::{TABLES, VIEWS};
 
@@ -175,93 +177,6 @@ pub struct View {
 /// lake and of the fleet warehouse make them over their views of the tables.
 pub const VIEWS_SQL: &str = include_str!("views.sql");
 
-/// A step of a migration: what changed in that version. Definitions come from the catalog.
-#[derive(Clone, Copy, Debug)]
-pub enum Step {
-    /// A table new in this version, made as the catalog has it now.
-    Create(&'static str),
-    /// A column new in this version, made as the catalog has it now; rows already there get
-    /// `fill` (an SQL expression) when it is given.
-    AddColumn { table: &'static str, column: &'static str, fill: Option<&'static str> },
-    /// A column renamed in this version.
-    RenameColumn { table: &'static str, from: &'static str, to: &'static str },
-    /// The fleet warehouse's tables whose key is [`FleetKey::Checked`] lose their constraint
-    /// (each rebuilt as the catalog has it, keeping its rows).
-    DropCheckedKeys,
-    /// The views, remade as [`VIEWS_SQL`] has them.
-    Views,
-}
-
-/// One organization's warehouse's migrations.
-pub const ONE_MIGRATIONS: &[(i32, &[Step])] = &[
-    (
-        1,
-        &[
-            Step::Create("applications"),
-            Step::Create("connected_accounts"),
-            Step::Create("content_daily"),
-            Step::Create("wow_deltas"),
-            Step::Create("weekly_totals"),
-            Step::Create("post_count_cohorts"),
-            Step::Create("application_status_history"),
-            Step::Create("runs"),
-            Step::Views,
-        ],
-    ),
-    // The actions journal and results, and a warning count in `runs` (queries need not parse
-    // `warnings_json`); `cohort_acceptance` with sizes and pending counts.
-    (
-        2,
-        &[
-            Step::AddColumn { table: "runs", column: "warnings", fill: Some("0") },
-            Step::Create("action_journal"),
-            Step::Create("action_results"),
-            Step::Views,
-        ],
-    ),
-    // The journal's scope: the service and the key's fingerprint a row was sent to. Rows written
-    // before have none, and count for every scope.
-    (
-        3,
-        &[
-            Step::AddColumn { table: "action_journal", column: "service", fill: None },
-            Step::AddColumn { table: "action_journal", column: "key_fingerprint", fill: None },
-        ],
-    ),
-    // How each run read the applications (quick sync). Runs loaded before were full syncs.
-    (
-        4,
-        &[
-            Step::AddColumn { table: "runs", column: "sync_mode", fill: Some("'full'") },
-            Step::AddColumn { table: "runs", column: "sync_scope", fill: None },
-            Step::AddColumn { table: "runs", column: "pages_verified", fill: None },
-            Step::AddColumn { table: "runs", column: "last_reconcile_at", fill: None },
-            Step::AddColumn { table: "runs", column: "counts_agree", fill: None },
-        ],
-    ),
-];
-
-/// The fleet warehouse's migrations.
-pub const FLEET_MIGRATIONS: &[(i32, &[Step])] = &[
-    (
-        1,
-        &[
-            Step::Create("applications"),
-            Step::Create("connected_accounts"),
-            Step::Create("content_daily"),
-            Step::Create("wow_deltas"),
-            Step::Create("weekly_totals"),
-            Step::Create("post_count_cohorts"),
-            Step::Create("application_status_history"),
-            Step::Create("action_results"),
-            Step::Create("runs"),
-        ],
-    ),
-    // The data tables and the history declare no key: DuckDB maintained the key's index at every
-    // batch's commit, which took 10 times the batch's own writes once the tables were large.
-    (2, &[Step::DropCheckedKeys]),
-];
-
 /// The table named `name`.
 pub fn table(name: &str) -> Option<&'static Table> {
     TABLES.into_iter().find(|t| t.name == name)
@@ -393,154 +308,6 @@ pub fn create_all_sql(shape: Shape) -> String {
 pub fn create_version_table_sql(shape: Shape) -> String {
     let body = SCHEMA_VERSION.columns.iter().map(column_sql).collect::<Vec<_>>().join(", ");
     create_table(&format!("IF NOT EXISTS {}", shape.version_table()), &body)
-}
-
-/// The name that `column` of `table`, as a step of `version` names it, has in the catalog now:
-/// followed through the renames of later versions of `migrations`.
-fn current_name(migrations: &[(i32, &[Step])], version: i32, table: &str, column: &'static str) -> &'static str {
-    let mut name = column;
-    for (_, steps) in migrations.iter().filter(|(v, _)| *v > version) {
-        for step in *steps {
-            if let Step::RenameColumn { table: t, from, to } = step {
-                if *t == table && *from == name {
-                    name = to;
-                }
-            }
-        }
-    }
-    name
-}
-
-/// The statements of one migration's steps, then its version's record. `has(table, column)`
-/// says whether the warehouse being migrated has that column now (read inside the migration's
-/// transaction): a step names columns as they were at its version, and definitions come from the
-/// catalog as it is now, so a column added at version 3 and renamed at version 5 is added under
-/// its old name (with its current type) and renamed at 5, while a table that a `Create` made
-/// with the catalog's current columns (in the same run of migrations) skips both.
-pub fn migration_sql(shape: Shape, version: i32, steps: &[Step], has: &dyn Fn(&str, &str) -> bool) -> String {
-    migration_sql_in(shape.migrations(), shape, version, steps, has)
-}
-
-fn migration_sql_in(
-    migrations: &[(i32, &[Step])],
-    shape: Shape,
-    version: i32,
-    steps: &[Step],
-    has: &dyn Fn(&str, &str) -> bool,
-) -> String {
-    let mut sql = String::new();
-    for step in steps {
-        match *step {
-            Step::Create(name) => {
-                let t = table(name).expect("a migration creates a catalog table");
-                sql.push_str(&t.create_sql(shape, &format!("IF NOT EXISTS {name}")));
-            }
-            Step::AddColumn { table: name, column, fill } => {
-                let now = current_name(migrations, version, name, column);
-                let c = table(name).and_then(|t| t.column(now)).expect("a migration adds a catalog column");
-                assert!(
-                    c.nullable || c.default.is_some() || fill.is_some(),
-                    "{name}.{column}: a NOT NULL column added to a table with rows needs a default or a fill"
-                );
-                // Already there under its later name: made by a later version's `Create`.
-                let column = if now != column && has(name, now) { now } else { column };
-                let declared = match c.default {
-                    Some(d) => format!("{column} {} DEFAULT {d}", c.ty.sql()),
-                    None => format!("{column} {}", c.ty.sql()),
-                };
-                sql.push_str(&format!("ALTER TABLE {name} ADD COLUMN IF NOT EXISTS {declared};\n"));
-                if let Some(fill) = fill {
-                    sql.push_str(&format!("UPDATE {name} SET {column} = {fill} WHERE {column} IS NULL;\n"));
-                }
-                if !c.nullable {
-                    sql.push_str(&format!("ALTER TABLE {name} ALTER COLUMN {column} SET NOT NULL;\n"));
-                }
-            }
-            Step::RenameColumn { table: name, from, to } => {
-                let t = table(name).expect("a migration renames a catalog table's column");
-                let now = current_name(migrations, version, name, to);
-                assert!(
-                    t.column(now).is_some() && t.column(from).is_none(),
-                    "{name}: a rename ends at the catalog's name"
-                );
-                // A table made after the column's addition has its current name already (and
-                // so skips every rename of it, however many).
-                if !has(name, now) {
-                    sql.push_str(&format!("ALTER TABLE {name} RENAME COLUMN {from} TO {to};\n"));
-                }
-            }
-            Step::DropCheckedKeys => {
-                for t in tables_of(Shape::Fleet).into_iter().filter(|t| t.fleet == Some(FleetKey::Checked)) {
-                    let name = t.name;
-                    // The table as it is now, without its key: each catalog column under the
-                    // name the table has it by (a later version may rename it), and none that a
-                    // later version adds (its step adds it, with its fill).
-                    let mut parts = vec![format!("{ORGANIZATION} VARCHAR NOT NULL")];
-                    for c in t.columns {
-                        let names = std::iter::once(c.name).chain(former_names_in(migrations, name, c.name));
-                        if let Some(there) = names.into_iter().find(|n| has(name, n)) {
-                            parts.push(column_sql(&Column { name: there, ..*c }));
-                        }
-                    }
-                    sql.push_str(&create_table(&format!("{name}__rebuilt"), &parts.join(", ")));
-                    sql.push_str(&format!(
-                        "INSERT INTO {name}__rebuilt BY NAME SELECT * FROM {name};\nDROP TABLE {name};\n\
-                         ALTER TABLE {name}__rebuilt RENAME TO {name};\n"
-                    ));
-                }
-            }
-            Step::Views => sql.push_str(VIEWS_SQL),
-        }
-    }
-    sql.push_str(&format!("INSERT INTO {} VALUES ({version}, now());\n", shape.version_table()));
-    sql
-}
-
-/// The names `column` (its current name) of `table` had before later renames, newest first.
-pub fn former_names(shape: Shape, table: &str, column: &str) -> Vec<&'static str> {
-    former_names_in(shape.migrations(), table, column)
-}
-
-fn former_names_in(migrations: &[(i32, &[Step])], table: &str, column: &str) -> Vec<&'static str> {
-    let mut names = vec![];
-    for (version, steps) in migrations.iter().rev() {
-        for step in steps.iter().rev() {
-            if let Step::RenameColumn { table: t, from, to } = step {
-                if *t == table && current_name(migrations, *version, t, to) == column {
-                    names.push(*from);
-                }
-            }
-        }
-    }
-    names
-}
-
-/// What the migrations give rows written before `column` (its current name) of `table` existed,
-/// if anything: an SQL expression.
-pub fn fill_of(shape: Shape, table: &str, column: &str) -> Option<&'static str> {
-    shape.migrations().iter().find_map(|(version, steps)| {
-        steps.iter().find_map(|step| match step {
-            Step::AddColumn { table: t, column: c, fill } if *t == table => {
-                (current_name(shape.migrations(), *version, t, c) == column).then_some(*fill).flatten()
-            }
-            _ => None,
-        })
-    })
-}
-
-/// What the migrations give the rows written before a column existed (`UPDATE … WHERE column IS
-/// NULL`), for rows taken from elsewhere (the lake) that an older creator-etl wrote.
-pub fn fills_sql(shape: Shape) -> String {
-    let mut sql = String::new();
-    for (version, steps) in shape.migrations() {
-        for step in *steps {
-            if let Step::AddColumn { table, column, fill: Some(fill) } = step {
-                let column = current_name(shape.migrations(), *version, table, column);
-                sql.push_str(&format!("UPDATE {table} SET {column} = {fill} WHERE {column} IS NULL;\n"));
-            }
-        }
-    }
-    sql
 }
 
 /// The data dictionary, as the manual's table pages show it (Markdown): every table and view,

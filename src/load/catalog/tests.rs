@@ -1,5 +1,6 @@
 //! The table catalog's unit tests.
 
+use super::migrations::{current_name, former_names_in, migration_sql_in};
 use super::tables::{APPLICATIONS, RUNS};
 use super::*;
 
