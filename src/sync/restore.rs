@@ -226,7 +226,8 @@ fn restore_tables(out: &crate::out::OutDir, tables: &[crate::query::lake::TableF
             let shape = crate::load::catalog::Shape::One;
             let (mut names, mut values) = (vec![], vec![]);
             for c in catalog.iter().flat_map(|t| t.columns.iter()) {
-                let fill = crate::load::catalog::fill_of(shape, t.table, c.name).or(c.default);
+                // A default stands in only for a NOT NULL column: a nullable one's NULLs may be its own.
+                let fill = crate::load::catalog::fill_of(shape, t.table, c.name).or(c.default.filter(|_| !c.nullable));
                 let sources: Vec<String> = std::iter::once(c.name)
                     .chain(crate::load::catalog::former_names(shape, t.table, c.name))
                     .filter(|n| in_lake.iter().any(|l| l == n))

@@ -145,16 +145,32 @@ pub(super) fn migration_sql_in(
                 );
                 // Already there under its later name: made by a later version's `Create`.
                 let column = if now != column && has(name, now) { now } else { column };
-                let declared = match c.default {
-                    Some(d) => format!("{column} {} DEFAULT {d}", c.ty.sql()),
-                    None => format!("{column} {}", c.ty.sql()),
-                };
-                sql.push_str(&format!("ALTER TABLE {name} ADD COLUMN IF NOT EXISTS {declared};\n"));
-                if let Some(fill) = fill {
-                    sql.push_str(&format!("UPDATE {name} SET {column} = {fill} WHERE {column} IS NULL;\n"));
-                }
-                if !c.nullable {
-                    sql.push_str(&format!("ALTER TABLE {name} ALTER COLUMN {column} SET NOT NULL;\n"));
+                if c.nullable {
+                    let declared = match c.default {
+                        Some(d) => format!("{column} {} DEFAULT {d}", c.ty.sql()),
+                        None => format!("{column} {}", c.ty.sql()),
+                    };
+                    sql.push_str(&format!("ALTER TABLE {name} ADD COLUMN IF NOT EXISTS {declared};\n"));
+                    if let Some(fill) = fill {
+                        sql.push_str(&format!("UPDATE {name} SET {column} = {fill} WHERE {column} IS NULL;\n"));
+                    }
+                } else {
+                    // DuckDB refuses `SET NOT NULL` after an `UPDATE` in one transaction ("outstanding
+                    // updates"): the rows there get the fill as the column's default when it is
+                    // added, and the default becomes the catalog's afterwards.
+                    let first = fill.or(c.default).expect("asserted above");
+                    sql.push_str(&format!(
+                        "ALTER TABLE {name} ADD COLUMN IF NOT EXISTS {column} {} DEFAULT {first};\n\
+                         ALTER TABLE {name} ALTER COLUMN {column} SET NOT NULL;\n",
+                        c.ty.sql()
+                    ));
+                    sql.push_str(&match c.default {
+                        Some(d) if Some(d) != fill => {
+                            format!("ALTER TABLE {name} ALTER COLUMN {column} SET DEFAULT {d};\n")
+                        }
+                        Some(_) => String::new(),
+                        None => format!("ALTER TABLE {name} ALTER COLUMN {column} DROP DEFAULT;\n"),
+                    });
                 }
             }
             Step::RenameColumn { table: name, from, to } => {
