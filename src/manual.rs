@@ -133,20 +133,21 @@ fn spelling(arg: &Arg) -> String {
     let mut spelled = names.join(", ");
     if takes_value {
         spelled.push(' ');
-        spelled.push_str(
-            &arg.get_value_names()
-                .and_then(|n| n.first())
-                .map_or_else(|| arg.get_id().to_string().to_uppercase(), |n| n.to_string()),
-        );
+        spelled.push_str(&bare_value_name(arg));
     }
     spelled
 }
 
-fn value_name(arg: &Arg) -> String {
-    let name = arg
-        .get_value_names()
+/// The name of an option's value (`DIR`), or of a positional argument, as clap's help shows it.
+fn bare_value_name(arg: &Arg) -> String {
+    arg.get_value_names()
         .and_then(|n| n.first())
-        .map_or_else(|| arg.get_id().to_string().to_uppercase(), |n| n.to_string());
+        .map_or_else(|| arg.get_id().to_string().to_uppercase(), |n| n.to_string())
+}
+
+/// A positional argument: `<FILE>` when required, `[FILE]` when not.
+fn value_name(arg: &Arg) -> String {
+    let name = bare_value_name(arg);
     if arg.is_required_set() {
         format!("<{name}>")
     } else {

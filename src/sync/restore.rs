@@ -228,17 +228,17 @@ fn restore_tables(out: &crate::out::OutDir, tables: &[crate::query::lake::TableF
             for c in catalog.iter().flat_map(|t| t.columns.iter()) {
                 // A default stands in only for a NOT NULL column: a nullable one's NULLs may be its own.
                 let fill = crate::load::catalog::fill_of(shape, t.table, c.name).or(c.default.filter(|_| !c.nullable));
-                let sources: Vec<String> = std::iter::once(c.name)
+                // The files' columns first, newest name first, then the fill.
+                let mut parts: Vec<String> = std::iter::once(c.name)
                     .chain(crate::load::catalog::former_names(shape, t.table, c.name))
                     .filter(|n| in_lake.iter().any(|l| l == n))
                     .map(ident)
+                    .chain(fill.map(str::to_owned))
                     .collect();
-                let value = match (sources.is_empty(), fill) {
-                    (false, Some(fill)) => format!("coalesce({}, {fill})", sources.join(", ")),
-                    (false, None) if sources.len() == 1 => sources[0].clone(),
-                    (false, None) => format!("coalesce({})", sources.join(", ")),
-                    (true, Some(fill)) => fill.to_owned(),
-                    (true, None) => continue,
+                let value = match parts.len() {
+                    0 => continue,
+                    1 => parts.remove(0),
+                    _ => format!("coalesce({})", parts.join(", ")),
                 };
                 names.push(ident(c.name));
                 values.push(value);
@@ -257,9 +257,8 @@ fn restore_tables(out: &crate::out::OutDir, tables: &[crate::query::lake::TableF
             report.rows.insert(t.table.to_owned(), rows as u64);
             report.versions.insert(t.table.to_owned(), t.version);
         }
-        // What the warehouse's migrations give rows written before their columns existed.
-        conn.execute_batch(&crate::load::catalog::fills_sql(crate::load::catalog::Shape::One))
-            .map_err(|e| LoadError::db("restore from the lake what the migrations fill", e))
+        // The fills are in each insert's select (above): nothing is left to update.
+        Ok(())
     };
     let tx = conn.unchecked_transaction().map_err(|e| LoadError::db("restore from the lake", e))?;
     insert(&mut report)?;

@@ -42,9 +42,9 @@ fn apt_install(packages: &[&str], why: &str) {
     run(&args);
 }
 
-/// A command that answers `probe`, from the first of `names` found, installing `package` when
+/// A command that answers `probe`, from the first of `names` found, installing `packages` when
 /// none is.
-fn command(names: &[&'static str], probe: &[&str], package: &str, why: &str) -> &'static str {
+fn command(names: &[&'static str], probe: &[&str], packages: &[&str], why: &str) -> &'static str {
     let found = || names.iter().copied().find(|n| works(n, probe));
     if let Some(name) = found() {
         return name;
@@ -53,37 +53,34 @@ fn command(names: &[&'static str], probe: &[&str], package: &str, why: &str) -> 
     if let Some(name) = found() {
         return name;
     }
-    apt_install(&[package], why);
-    found().unwrap_or_else(|| panic!("{package} was installed, yet none of {names:?} runs"))
+    apt_install(packages, why);
+    found().unwrap_or_else(|| panic!("{packages:?} were installed, yet none of {names:?} answers {probe:?}"))
 }
 
 /// Headless Chromium (Debian's `chromium`), for the report tests.
 pub fn chromium() -> &'static str {
     static FOUND: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     FOUND.get_or_init(|| {
-        command(&["chromium", "chromium-browser"], &["--version"], "chromium", "rendering the HTML report")
+        command(&["chromium", "chromium-browser"], &["--version"], &["chromium"], "rendering the HTML report")
     })
 }
 
 /// curl, which the emulator's tests drive as a user would.
 pub fn curl() -> &'static str {
     static FOUND: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
-    FOUND.get_or_init(|| command(&["curl"], &["--version"], "curl", "the emulator's HTTP tests"))
+    FOUND.get_or_init(|| command(&["curl"], &["--version"], &["curl"], "the emulator's HTTP tests"))
 }
 
 /// `python3` with `venv` and `ensurepip`, for the virtualenvs of the notebook, lake and S3 tests.
 pub fn python3() -> &'static str {
     static FOUND: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     FOUND.get_or_init(|| {
-        let probe = ["-c", "import venv, ensurepip"];
-        if works("python3", &probe) {
-            return "python3";
-        }
-        let _one = APT.lock().unwrap_or_else(|e| e.into_inner());
-        if !works("python3", &probe) {
-            apt_install(&["python3", "python3-venv", "python3-pip"], "the Python virtualenvs (notebooks, lake, S3)");
-        }
-        "python3"
+        command(
+            &["python3"],
+            &["-c", "import venv, ensurepip"],
+            &["python3", "python3-venv", "python3-pip"],
+            "the Python virtualenvs (notebooks, lake, S3, Airflow)",
+        )
     })
 }
 

@@ -244,18 +244,3 @@ pub fn fill_of(shape: Shape, table: &str, column: &str) -> Option<&'static str> 
         })
     })
 }
-
-/// What the migrations give the rows written before a column existed (`UPDATE … WHERE column IS
-/// NULL`), for rows taken from elsewhere (the lake) that an older creator-etl wrote.
-pub fn fills_sql(shape: Shape) -> String {
-    let mut sql = String::new();
-    for (version, steps) in shape.migrations() {
-        for step in *steps {
-            if let Step::AddColumn { table, column, fill: Some(fill) } = step {
-                let column = current_name(shape.migrations(), *version, table, column);
-                sql.push_str(&format!("UPDATE {table} SET {column} = {fill} WHERE {column} IS NULL;\n"));
-            }
-        }
-    }
-    sql
-}

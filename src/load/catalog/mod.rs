@@ -19,7 +19,7 @@ mod tables;
 #[cfg(test)]
 mod tests;
 
-pub use migrations::{fill_of, fills_sql, former_names, migration_sql, Step, FLEET_MIGRATIONS, ONE_MIGRATIONS};
+pub use migrations::{fill_of, former_names, migration_sql, Step, FLEET_MIGRATIONS, ONE_MIGRATIONS};
 use tables::{ACTION_JOURNAL, SCHEMA_VERSION};
 pub use tables::{TABLES, VIEWS};
 
