@@ -15,6 +15,10 @@
 //! `--max-requests N` stops every organization after N requests (no load): the fleet's own
 //! overhead at scale, as for the 10,000-organization run.
 //!
+//! `--log FILE` keeps the fleet's log in FILE (`RUST_LOG` as given, else the fleet's and its
+//! batches' `debug` lines: where a batch's time goes) and prints the fleet process's CPU per
+//! thread name (sampled every 0.5 s).
+//!
 //! `--floor` runs, instead of the binary, the least any fleet could do in this setup: one
 //! library `Client` per key, paced as a fleet paces, sending the same requests as an
 //! organization's full sync and keeping nothing (no landing, no resume state, no load). It
@@ -41,6 +45,20 @@ fn sample(pid: u32) -> Option<(f64, f64)> {
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
     Some((hwm / 1024.0, ticks / 100.0))
+}
+
+/// CPU seconds of process `pid`'s threads, by thread id: (name, seconds).
+fn threads_of(pid: u32) -> Vec<(u32, String, f64)> {
+    let mut out = vec![];
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+        let Some((tid, name)) = head.split_once(" (") else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        out.push((tid.trim().parse().unwrap_or(0), name.to_owned(), (ticks(11) + ticks(12)) / 100.0));
+    }
+    out
 }
 
 /// CPU seconds of this process's threads whose name starts with `prefix`, from /proc.
@@ -176,6 +194,7 @@ fn main() {
     // With `--again`, every run syncs the same `--out`: the first (not counted) is a full sync,
     // the next ones are what a scheduled fleet does, quick syncs of unchanged organizations.
     let again = flag("--again");
+    let log = args.iter().position(|a| a == "--log").and_then(|i| args.get(i + 1).cloned());
     for run in 0..reps + usize::from(again) {
         let rep = run.wrapping_sub(usize::from(again));
         // A fresh `--out` has no pacing memory: the keys' previous requests (the last run's)
@@ -189,6 +208,12 @@ fn main() {
             .env_remove("CREATOR_ETL_LAKE")
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
+        if let Some(log) = &log {
+            let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| {
+                "info,creator_etl::load::fleet_warehouse=debug,creator_etl::fleet::batch=debug".into()
+            });
+            cmd.env("RUST_LOG", filter).stderr(std::fs::File::create(format!("{log}.{run}")).unwrap());
+        }
         if max_requests > 0 {
             cmd.args(["--max-requests-per-org", &max_requests.to_string()]);
         }
@@ -203,12 +228,30 @@ fn main() {
         let stdout = child.stdout.take().unwrap();
         let reader = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
         let (mut peak, mut cpu_s) = (0.0f64, 0.0f64);
+        let mut per_thread: std::collections::BTreeMap<u32, (String, f64)> = Default::default();
+        let mut tick = 0u64;
         while child.try_wait().unwrap().is_none() {
             if let Some((r, c)) = sample(pid) {
                 peak = peak.max(r);
                 cpu_s = cpu_s.max(c);
             }
+            if log.is_some() && tick % 25 == 0 {
+                for (tid, name, s) in threads_of(pid) {
+                    per_thread.insert(tid, (name, s));
+                }
+            }
+            tick += 1;
             std::thread::sleep(Duration::from_millis(20));
+        }
+        if log.is_some() {
+            let mut by_name: std::collections::BTreeMap<String, (usize, f64)> = Default::default();
+            for (name, s) in per_thread.into_values() {
+                let e = by_name.entry(name).or_default();
+                e.0 += 1;
+                e.1 += s;
+            }
+            let list: Vec<String> = by_name.iter().map(|(n, (k, s))| format!("{n} x{k} {s:.1} s")).collect();
+            println!("    CPU by thread name (sampled every 0.5 s): {}", list.join("; "));
         }
         let wall = started.elapsed().as_secs_f64();
         let report: serde_json::Value = serde_json::from_str(&reader.join().unwrap()).expect("fleet report");

@@ -31,7 +31,7 @@ use duckdb::Connection;
 use super::catalog::{self, Shape};
 use super::commit::{self, Ready};
 use super::parquet::{export_tables, mark_exported, Export};
-use super::prepare::prepare;
+use super::prepare::{merge, transform_batch, Merged};
 use super::warehouse::{self, sql_list, sql_literal};
 use super::{LoadError, LoadReport};
 use crate::extract::{ExtractReport, Extracted};
@@ -253,13 +253,32 @@ impl FleetWarehouse {
         let mut results: BTreeMap<String, Result<LoadReport, LoadError>> = BTreeMap::new();
         let mut ready: Vec<(String, Ready)> = vec![];
         // Every member's previous rows in one scan per table (a member that cannot be gathered
-        // with the others is read alone, and fails alone).
-        if let Err(e) = self.gather(&order) {
-            tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the batch's previous rows together; reading them one by one");
+        // with the others is read alone, and fails alone). A member with no loaded run has no
+        // rows in any table (a run's rows and its `runs` row commit together): nothing to read.
+        let with_state: Vec<String> = order.iter().filter(|org| self.loaded.contains(*org)).cloned().collect();
+        if !with_state.is_empty() {
+            if let Err(e) = self.gather(&with_state) {
+                tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the batch's previous rows together; reading them one by one");
+            }
         }
+        let mut merged: Vec<(String, Option<ExtractReport>, Merged)> = vec![];
         for Member { org, extracted, report, .. } in members {
             let laps = super::prepare::Laps::start();
-            let prepared = self.with_org(&org, |conn| prepare(conn, extracted, &config.cohort_edges, laps));
+            let result = match self.loaded.contains(&org) {
+                true => self.with_org(&org, |conn| merge(Some(conn), extracted, laps)),
+                false => merge(None, extracted, laps),
+            };
+            match result {
+                Ok(m) => merged.push((org, report, m)),
+                Err(e) => {
+                    results.insert(org, Err(e));
+                }
+            }
+        }
+        // One transform for the whole batch.
+        let (names, merged): (Vec<(String, Option<ExtractReport>)>, Vec<Merged>) =
+            merged.into_iter().map(|(org, report, m)| ((org, report), m)).unzip();
+        for ((org, report), prepared) in names.into_iter().zip(transform_batch(merged, &config.cohort_edges)) {
             let prepared = prepared.and_then(|p| {
                 if config.strict && p.quality.fails_strict() {
                     return Err(LoadError::Strict(p.quality.findings.join("; ")));

@@ -148,27 +148,44 @@ pub(crate) struct Prepared {
     pub timings: LoadTimings,
 }
 
-/// Steps 1 and 2 of a load: the previous state read through `conn` (a warehouse, or one
-/// organization's views of a fleet warehouse), merged with the run, checked and transformed.
-/// Nothing is written. `laps` started when the load did: `read_state` is the time since, the
-/// warehouse's opening (and a fleet member's views) included.
-pub(crate) fn prepare(
-    conn: &duckdb::Connection,
+/// A run merged with the warehouse's previous state and checked: what the transform takes.
+pub(crate) struct Merged {
+    pub spec: crate::extract::RunSpec,
+    /// The applications, sorted by id, one row each.
+    apps: Vec<Observation>,
+    content: Vec<ContentRow>,
+    pub quality: QualityReport,
+    /// `read_state`.
+    pub timings: LoadTimings,
+}
+
+/// Step 1 of a load: the previous state read through `conn` (a warehouse, or one organization's
+/// views of a fleet warehouse; `None`: the organization has nothing loaded, so nothing is read),
+/// merged with the run and checked. Nothing is written. `laps` started when the load did:
+/// `read_state` is the time since, the warehouse's opening (and a fleet member's views) included.
+pub(crate) fn merge(
+    conn: Option<&duckdb::Connection>,
     extracted: Extracted,
-    cohort_edges: &[i64],
     mut laps: Laps,
-) -> Result<Prepared, LoadError> {
+) -> Result<Merged, LoadError> {
     let mut timings = LoadTimings::default();
     let Extracted { spec, applications: mut apps, content, quick, .. } = extracted;
     let run_id = spec.run_id.as_str();
-    let merged_content = merge_content(warehouse::content(conn)?, &content);
-    if let Some(keep) = out_of_scope(&spec.statuses, spec.campaign_id) {
+    let previous = match conn {
+        Some(conn) => warehouse::content(conn)?,
+        None => vec![],
+    };
+    let merged_content = merge_content(previous, &content);
+    if let (Some(keep), Some(conn)) = (out_of_scope(&spec.statuses, spec.campaign_id), conn) {
         add_from_warehouse(conn, &mut apps, &keep)?;
     }
     if let Some(quick) = &quick {
         // A quick run is a difference from the warehouse's state at its snapshot: it loads on
         // top of exactly that state (or again on its own).
-        let latest = warehouse::latest_run(conn)?;
+        let latest = match conn {
+            Some(conn) => warehouse::latest_run(conn)?,
+            None => None,
+        };
         if latest.as_deref() != Some(quick.base_run.as_str()) && latest.as_deref() != Some(run_id) {
             return Err(LoadError::StaleQuick {
                 run_id: run_id.to_owned(),
@@ -177,7 +194,7 @@ pub(crate) fn prepare(
             });
         }
         let kept: Vec<String> = quick.kept().map(|id| id.to_string()).collect();
-        if !kept.is_empty() {
+        if let (false, Some(conn)) = (kept.is_empty(), conn) {
             add_from_warehouse(conn, &mut apps, &format!("id IN ({})", kept.join(",")))?;
         }
     }
@@ -191,9 +208,52 @@ pub(crate) fn prepare(
     if quality.duplicate_keys > 0 {
         quality.findings.push(format!("{} duplicate application ids (kept once)", quality.duplicate_keys));
     }
-    let frames = transform::run(&apps, &merged_content, cohort_edges)?;
-    timings.transform = laps.lap();
-    Ok(Prepared { spec, frames, quality, timings })
+    Ok(Merged { spec, apps, content: merged_content, quality, timings })
+}
+
+/// Steps 1 and 2 of one organization's load: [`merge`], then its transform.
+pub(crate) fn prepare(
+    conn: &duckdb::Connection,
+    extracted: Extracted,
+    cohort_edges: &[i64],
+    laps: Laps,
+) -> Result<Prepared, LoadError> {
+    let mut prepared = transform_batch(vec![merge(Some(conn), extracted, laps)?], cohort_edges);
+    prepared.pop().expect("one member in, one out")
+}
+
+/// Step 2 of a batch's load: every member's frames from one transform of the whole batch
+/// ([`transform::run_batch`]), each member's transform time its share of the batch's. If the
+/// batch's transform fails, each member is transformed alone, so an error is its own member's.
+pub(crate) fn transform_batch(batch: Vec<Merged>, cohort_edges: &[i64]) -> Vec<Result<Prepared, LoadError>> {
+    let started = Instant::now();
+    let inputs: Vec<transform::Input> =
+        batch.iter().map(|m| transform::Input { apps: &m.apps, content: &m.content }).collect();
+    let together = if batch.len() > 1 { transform::run_batch(&inputs, cohort_edges).ok() } else { None };
+    drop(inputs);
+    match together {
+        Some(frames) => {
+            let share = started.elapsed().as_millis() as u64 / batch.len().max(1) as u64;
+            batch
+                .into_iter()
+                .zip(frames)
+                .map(|(m, frames)| {
+                    let timings = LoadTimings { transform: share, ..m.timings };
+                    Ok(Prepared { spec: m.spec, frames, quality: m.quality, timings })
+                })
+                .collect()
+        }
+        None => batch
+            .into_iter()
+            .map(|m| {
+                let started = Instant::now();
+                let input = transform::Input { apps: &m.apps, content: &m.content };
+                let frames = transform::run_batch(&[input], cohort_edges)?.pop().expect("one member in, one out");
+                let timings = LoadTimings { transform: started.elapsed().as_millis() as u64, ..m.timings };
+                Ok(Prepared { spec: m.spec, frames, quality: m.quality, timings })
+            })
+            .collect(),
+    }
 }
 
 impl QualityReport {

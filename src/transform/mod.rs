@@ -8,6 +8,11 @@
 //! - `weekly_totals`: ISO weeks (Monday start) with the previous week's total.
 //! - `post_count_cohorts`: applications by applied month, post-count bucket and status.
 //!
+//! A batch of organizations is transformed at once ([`run_batch`]): every frame is built over all
+//! the members' rows with a member key, grouped and joined within each member, and split by member
+//! at the end, so a fleet's batch costs one plan per table, not one per organization. One
+//! organization's transform ([`run`]) is a batch of one.
+//!
 //! Dates are handled as day numbers (days since 1970-01-01) inside the lazy plans and cast to
 //! DATE at the end: exact integer arithmetic, no time zones involved. Timestamps are UTC.
 
@@ -160,10 +165,28 @@ fn date_col(name: &str, values: Vec<i32>) -> PolarsResult<Column> {
     Column::new(name.into(), values).cast(&DataType::Date)
 }
 
-fn applications_frame(apps: &[Observation]) -> PolarsResult<(DataFrame, DataFrame)> {
+/// The member key column of a batch's frames (a member's index), dropped by [`split`].
+const MEMBER: &str = "__member";
+
+/// One member of a batch: its applications (sorted by id, one row each) and its content rows.
+#[derive(Clone, Copy)]
+pub struct Input<'a> {
+    pub apps: &'a [Observation],
+    pub content: &'a [ContentRow],
+}
+
+/// The member key of every row: member `i`'s index, repeated `n` times for each of its rows.
+fn member_col(counts: impl Iterator<Item = usize>) -> Column {
+    let keys: Vec<u32> = counts.enumerate().flat_map(|(i, n)| std::iter::repeat_n(i as u32, n)).collect();
+    Column::new(MEMBER.into(), keys)
+}
+
+fn applications_frame(batch: &[Input]) -> PolarsResult<(DataFrame, DataFrame)> {
+    let apps: Vec<&Observation> = batch.iter().flat_map(|m| m.apps).collect();
     let accounts: Vec<(i64, &ConnectedAccount)> =
         apps.iter().flat_map(|o| o.app.connected_accounts.iter().map(move |a| (o.app.id, a))).collect();
     let apps_df = DataFrame::new_infer_height(vec![
+        member_col(batch.iter().map(|m| m.apps.len())),
         Column::new("id".into(), apps.iter().map(|o| o.app.id).collect::<Vec<_>>()),
         Column::new("status".into(), apps.iter().map(|o| o.app.status.to_string()).collect::<Vec<_>>()),
         Column::new("campaign_id".into(), apps.iter().map(|o| o.app.campaign_id).collect::<Vec<_>>()),
@@ -185,6 +208,7 @@ fn applications_frame(apps: &[Observation]) -> PolarsResult<(DataFrame, DataFram
         datetime_col("last_seen_at", apps.iter().map(|o| micros(o.observed_at)).collect())?,
     ])?;
     let accounts_df = DataFrame::new_infer_height(vec![
+        member_col(batch.iter().map(|m| m.apps.iter().map(|o| o.app.connected_accounts.len()).sum())),
         Column::new("application_id".into(), accounts.iter().map(|(id, _)| *id).collect::<Vec<_>>()),
         Column::new("account_id".into(), accounts.iter().map(|(_, a)| a.id).collect::<Vec<_>>()),
         Column::new("provider".into(), accounts.iter().map(|(_, a)| a.provider.to_string()).collect::<Vec<_>>()),
@@ -197,9 +221,11 @@ fn applications_frame(apps: &[Observation]) -> PolarsResult<(DataFrame, DataFram
     Ok((apps_df, accounts_df))
 }
 
-/// `content_daily` with a helper `day` column (day number), sorted by metric and date.
-fn content_frame(rows: &[ContentRow]) -> PolarsResult<DataFrame> {
+/// `content_daily` with the member key, sorted by member, metric and date.
+fn content_frame(batch: &[Input]) -> PolarsResult<DataFrame> {
+    let rows: Vec<&ContentRow> = batch.iter().flat_map(|m| m.content).collect();
     DataFrame::new_infer_height(vec![
+        member_col(batch.iter().map(|m| m.content.len())),
         Column::new("metric".into(), rows.iter().map(|r| r.metric.as_str()).collect::<Vec<_>>()),
         date_col("date", rows.iter().map(|r| day_number(r.date)).collect())?,
         date_col("last_date", rows.iter().map(|r| day_number(r.last_date)).collect())?,
@@ -207,7 +233,7 @@ fn content_frame(rows: &[ContentRow]) -> PolarsResult<DataFrame> {
         Column::new("last".into(), rows.iter().map(|r| r.last).collect::<Vec<_>>()),
     ])?
     .lazy()
-    .sort(["metric", "date"], SortMultipleOptions::default())
+    .sort([MEMBER, "metric", "date"], SortMultipleOptions::default())
     .collect()
 }
 
@@ -224,16 +250,21 @@ fn wow_frame(content: &DataFrame) -> PolarsResult<DataFrame> {
     // Each day paired with the 14 days ending on it: k = 0..6 is its week, 7..13 the week before.
     let sums = cd
         .clone()
-        .select([col("metric"), col("day")])
+        .select([col(MEMBER), col("metric"), col("day")])
         .cross_join(offsets.lazy(), None)
         .with_column((col("day") - col("k")).alias("src_day"))
         .join(
-            cd.clone().select([col("metric"), col("day").alias("src_day"), col("current").alias("src_current")]),
-            [col("metric"), col("src_day")],
-            [col("metric"), col("src_day")],
+            cd.clone().select([
+                col(MEMBER),
+                col("metric"),
+                col("day").alias("src_day"),
+                col("current").alias("src_current"),
+            ]),
+            [col(MEMBER), col("metric"), col("src_day")],
+            [col(MEMBER), col("metric"), col("src_day")],
             JoinArgs::new(JoinType::Left),
         )
-        .group_by([col("metric"), col("day")])
+        .group_by([col(MEMBER), col("metric"), col("day")])
         .agg([
             col("src_current").filter(col("k").lt(lit(7))).sum().alias("cur_sum"),
             col("src_current").filter(col("k").lt(lit(7))).count().alias("cur_n"),
@@ -243,31 +274,37 @@ fn wow_frame(content: &DataFrame) -> PolarsResult<DataFrame> {
     let complete = |sum: &str, n: &str| {
         when(col(n).eq(lit(7))).then(col(sum).cast(DataType::Int64)).otherwise(lit(NULL).cast(DataType::Int64))
     };
-    cd.join(sums, [col("metric"), col("day")], [col("metric"), col("day")], JoinArgs::new(JoinType::Left))
-        .with_columns([
-            (col("current") - col("last")).alias("delta"),
-            rate(col("current") - col("last"), col("last")).alias("pct_change"),
-            complete("cur_sum", "cur_n").alias("current_7d"),
-            complete("prev_sum", "prev_n").alias("last_7d"),
-        ])
-        .with_columns([
-            (col("current_7d") - col("last_7d")).alias("delta_7d"),
-            rate(col("current_7d") - col("last_7d"), col("last_7d")).alias("pct_change_7d"),
-        ])
-        .select([
-            col("metric"),
-            col("date"),
-            col("current"),
-            col("last"),
-            col("delta"),
-            col("pct_change"),
-            col("current_7d"),
-            col("last_7d"),
-            col("delta_7d"),
-            col("pct_change_7d"),
-        ])
-        .sort(["metric", "date"], SortMultipleOptions::default())
-        .collect()
+    cd.join(
+        sums,
+        [col(MEMBER), col("metric"), col("day")],
+        [col(MEMBER), col("metric"), col("day")],
+        JoinArgs::new(JoinType::Left),
+    )
+    .with_columns([
+        (col("current") - col("last")).alias("delta"),
+        rate(col("current") - col("last"), col("last")).alias("pct_change"),
+        complete("cur_sum", "cur_n").alias("current_7d"),
+        complete("prev_sum", "prev_n").alias("last_7d"),
+    ])
+    .with_columns([
+        (col("current_7d") - col("last_7d")).alias("delta_7d"),
+        rate(col("current_7d") - col("last_7d"), col("last_7d")).alias("pct_change_7d"),
+    ])
+    .select([
+        col(MEMBER),
+        col("metric"),
+        col("date"),
+        col("current"),
+        col("last"),
+        col("delta"),
+        col("pct_change"),
+        col("current_7d"),
+        col("last_7d"),
+        col("delta_7d"),
+        col("pct_change_7d"),
+    ])
+    .sort([MEMBER, "metric", "date"], SortMultipleOptions::default())
+    .collect()
 }
 
 fn weekly_frame(content: &DataFrame) -> PolarsResult<DataFrame> {
@@ -278,15 +315,21 @@ fn weekly_frame(content: &DataFrame) -> PolarsResult<DataFrame> {
         .clone()
         .lazy()
         .with_column((day - since_monday).alias("week"))
-        .group_by([col("metric"), col("week")])
+        .group_by([col(MEMBER), col("metric"), col("week")])
         .agg([col("current").sum().cast(DataType::Int64).alias("total"), col("current").count().alias("days")]);
     let previous = weeks.clone().select([
+        col(MEMBER),
         col("metric"),
         (col("week") + lit(7)).alias("week"),
         col("total").alias("previous_total"),
     ]);
     weeks
-        .join(previous, [col("metric"), col("week")], [col("metric"), col("week")], JoinArgs::new(JoinType::Left))
+        .join(
+            previous,
+            [col(MEMBER), col("metric"), col("week")],
+            [col(MEMBER), col("metric"), col("week")],
+            JoinArgs::new(JoinType::Left),
+        )
         .with_columns([
             col("week").cast(DataType::Date).alias("week_start"),
             (col("total") - col("previous_total")).alias("delta"),
@@ -294,6 +337,7 @@ fn weekly_frame(content: &DataFrame) -> PolarsResult<DataFrame> {
             col("days").eq(lit(7)).alias("complete"),
         ])
         .select([
+            col(MEMBER),
             col("metric"),
             col("week_start"),
             col("total"),
@@ -302,16 +346,17 @@ fn weekly_frame(content: &DataFrame) -> PolarsResult<DataFrame> {
             col("pct_change"),
             col("complete"),
         ])
-        .sort(["metric", "week_start"], SortMultipleOptions::default())
+        .sort([MEMBER, "metric", "week_start"], SortMultipleOptions::default())
         .collect()
 }
 
-fn cohorts_frame(apps: &[Observation], buckets: &[Bucket]) -> PolarsResult<DataFrame> {
+fn cohorts_frame(batch: &[Input], buckets: &[Bucket]) -> PolarsResult<DataFrame> {
+    let apps: Vec<&Observation> = batch.iter().flat_map(|m| m.apps).collect();
     let mut month = vec![];
     let mut bucket = vec![];
     let mut bmin = vec![];
     let mut bmax = vec![];
-    for o in apps {
+    for o in &apps {
         let a = &o.app;
         let d = a.applied_at.date_naive();
         month.push(day_number(NaiveDate::from_ymd_opt(d.year(), d.month(), 1).expect("first of month")));
@@ -322,6 +367,7 @@ fn cohorts_frame(apps: &[Observation], buckets: &[Bucket]) -> PolarsResult<DataF
         bmax.push(b.max);
     }
     DataFrame::new_infer_height(vec![
+        member_col(batch.iter().map(|m| m.apps.len())),
         date_col("applied_month", month)?,
         Column::new("bucket".into(), bucket),
         Column::new("bucket_min".into(), bmin),
@@ -332,7 +378,7 @@ fn cohorts_frame(apps: &[Observation], buckets: &[Bucket]) -> PolarsResult<DataF
         Column::new("posts".into(), apps.iter().map(|o| monthly_posts(&o.app.connected_accounts)).collect::<Vec<_>>()),
     ])?
     .lazy()
-    .group_by([col("applied_month"), col("bucket"), col("bucket_min"), col("bucket_max"), col("status")])
+    .group_by([col(MEMBER), col("applied_month"), col("bucket"), col("bucket_min"), col("bucket_max"), col("status")])
     .agg([
         len().cast(DataType::Int64).alias("applications"),
         col("user_id").n_unique().cast(DataType::Int64).alias("creators"),
@@ -340,21 +386,67 @@ fn cohorts_frame(apps: &[Observation], buckets: &[Bucket]) -> PolarsResult<DataF
         col("posts").sum().cast(DataType::Int64).alias("total_monthly_posts"),
     ])
     .sort_by_exprs(
-        [col("applied_month"), col("bucket_min"), col("status")],
+        [col(MEMBER), col("applied_month"), col("bucket_min"), col("status")],
         SortMultipleOptions::default().with_nulls_last(false),
     )
     .collect()
 }
 
-/// Builds every frame from the extracted data.
+/// A batch's frame split by member (its rows are sorted by member): member `i`'s rows, without
+/// the member key, for each of `members` (an empty frame of the schema for a member without rows).
+fn split(df: &DataFrame, members: usize) -> PolarsResult<Vec<DataFrame>> {
+    let keys = df.column(MEMBER)?.u32()?;
+    let rest = df.drop(MEMBER)?;
+    let mut bounds = vec![0usize; members + 1];
+    for key in keys.iter().flatten() {
+        let i = key as usize;
+        if i >= members {
+            return Err(PolarsError::ComputeError(format!("member key {i} out of {members}").into()));
+        }
+        bounds[i + 1] += 1;
+    }
+    for i in 0..members {
+        bounds[i + 1] += bounds[i];
+    }
+    Ok((0..members).map(|i| rest.slice(bounds[i] as i64, bounds[i + 1] - bounds[i])).collect())
+}
+
+/// Builds every frame from one organization's extracted data: a batch of one.
 pub fn run(apps: &[Observation], content: &[ContentRow], cohort_edges: &[i64]) -> Result<Frames, TransformError> {
+    let mut frames = run_batch(&[Input { apps, content }], cohort_edges)?;
+    Ok(frames.pop().expect("a batch of one has one member's frames"))
+}
+
+/// Builds every frame of a batch of organizations together, one plan per table, and returns
+/// each member's frames in the batch's order: the same frames as [`run`] on each member alone.
+/// Each member's applications must be sorted by id; a member's rows never meet another's
+/// (every group and join is within a member).
+pub fn run_batch(batch: &[Input], cohort_edges: &[i64]) -> Result<Vec<Frames>, TransformError> {
     let buckets = buckets(cohort_edges)?;
-    let (applications, connected_accounts) = applications_frame(apps).map_err(ctx("applications"))?;
-    let content_daily = content_frame(content).map_err(ctx("content_daily"))?;
+    let n = batch.len();
+    let (applications, connected_accounts) = applications_frame(batch).map_err(ctx("applications"))?;
+    let content_daily = content_frame(batch).map_err(ctx("content_daily"))?;
     let wow_deltas = wow_frame(&content_daily).map_err(ctx("wow_deltas"))?;
     let weekly_totals = weekly_frame(&content_daily).map_err(ctx("weekly_totals"))?;
-    let post_count_cohorts = cohorts_frame(apps, &buckets).map_err(ctx("post_count_cohorts"))?;
-    Ok(Frames { applications, connected_accounts, content_daily, wow_deltas, weekly_totals, post_count_cohorts })
+    let post_count_cohorts = cohorts_frame(batch, &buckets).map_err(ctx("post_count_cohorts"))?;
+    let split_all = |df: &DataFrame, table: &'static str| split(df, n).map_err(ctx(table)).map(Vec::into_iter);
+    let mut applications = split_all(&applications, "applications")?;
+    let mut connected_accounts = split_all(&connected_accounts, "connected_accounts")?;
+    let mut content_daily = split_all(&content_daily, "content_daily")?;
+    let mut wow_deltas = split_all(&wow_deltas, "wow_deltas")?;
+    let mut weekly_totals = split_all(&weekly_totals, "weekly_totals")?;
+    let mut post_count_cohorts = split_all(&post_count_cohorts, "post_count_cohorts")?;
+    let mut next = || -> Option<Frames> {
+        Some(Frames {
+            applications: applications.next()?,
+            connected_accounts: connected_accounts.next()?,
+            content_daily: content_daily.next()?,
+            wow_deltas: wow_deltas.next()?,
+            weekly_totals: weekly_totals.next()?,
+            post_count_cohorts: post_count_cohorts.next()?,
+        })
+    };
+    Ok(std::iter::from_fn(&mut next).take(n).collect())
 }
 
 #[cfg(test)]

@@ -245,3 +245,38 @@ fn the_default_cohort_edges_flag_is_the_default_edges() {
     let parsed: Vec<i64> = DEFAULT_COHORT_EDGES_FLAG.split(',').map(|e| e.parse().unwrap()).collect();
     assert_eq!(parsed, DEFAULT_COHORT_EDGES);
 }
+
+/// A batch's frames are each member's frames alone: rows with the same ids, users and days in
+/// two members never meet (sums, joins, distinct creators), and a member without rows gets
+/// empty frames of the same schema.
+#[test]
+fn a_batch_gives_each_member_the_frames_it_would_get_alone() {
+    let a_apps = vec![
+        app(1, ApplicationStatus::Accepted, "2026-01-05", 7, &[3, 4], false),
+        app(2, ApplicationStatus::Pending, "2026-02-10", 8, &[], true),
+    ];
+    let c_apps = vec![
+        app(1, ApplicationStatus::Rejected, "2026-01-06", 7, &[40], false),
+        app(3, ApplicationStatus::Accepted, "2026-01-20", 7, &[1], true),
+    ];
+    let a_content = views("2026-03-01", &(1..=20).collect::<Vec<_>>(), &(0..20).collect::<Vec<_>>());
+    let mut c_content = views("2026-03-05", &(100..=120).collect::<Vec<_>>(), &(50..71).collect::<Vec<_>>());
+    c_content.extend(a_content.iter().map(|r| ContentRow { metric: Metric::Likes, ..r.clone() }));
+    let members = [
+        Input { apps: &a_apps, content: &a_content },
+        Input { apps: &[], content: &[] },
+        Input { apps: &c_apps, content: &c_content },
+    ];
+    let together = run_batch(&members, &DEFAULT_COHORT_EDGES).unwrap();
+    assert_eq!(together.len(), 3);
+    for (member, frames) in members.iter().zip(&together) {
+        let alone = run(member.apps, member.content, &DEFAULT_COHORT_EDGES).unwrap();
+        for ((name, got), (_, want)) in frames.tables().into_iter().zip(alone.tables()) {
+            assert_eq!(got.schema(), want.schema(), "{name}");
+            assert!(got.equals_missing(want), "{name}: batch\n{got}\nalone\n{want}");
+        }
+    }
+    assert_eq!(together[1].applications.height(), 0);
+    assert_eq!(together[0].applications.schema(), together[1].applications.schema());
+    assert!(together[2].content_daily.height() > 0 && together[0].wow_deltas.height() == 20);
+}
