@@ -30,7 +30,7 @@ use duckdb::Connection;
 
 use super::catalog::{self, Shape};
 use super::commit::{self, Ready};
-use super::parquet::{export_tables, mark_exported, Export};
+use super::parquet::{export_tables, mark_exported, Export, Segments};
 use super::prepare::{merge, transform_batch, Merged};
 use super::warehouse::{self, sql_list, sql_literal};
 use super::{LoadError, LoadReport};
@@ -80,6 +80,9 @@ pub struct FleetWarehouse {
     dirty: BTreeSet<String>,
     /// The organizations with a loaded run.
     loaded: BTreeSet<String>,
+    /// The organizations of each segment of the Parquet tree's current version, per table (read
+    /// from the files for a table not in it).
+    segments: Segments,
 }
 
 impl FleetWarehouse {
@@ -94,6 +97,7 @@ impl FleetWarehouse {
             unpublished: false,
             dirty: BTreeSet::new(),
             loaded: BTreeSet::new(),
+            segments: Segments::new(),
         };
         super::clean_leftovers(out);
         // A publish killed after its export, or a snapshot missing or older than the writer's
@@ -563,22 +567,32 @@ impl FleetWarehouse {
         // Only the organizations whose rows changed are written; the others' files are linked
         // from the current version. Nothing changed (a snapshot behind, alone): no export.
         let dirty = std::mem::take(&mut self.dirty);
+        let started = std::time::Instant::now();
         if !dirty.is_empty() {
+            let mut segments = std::mem::take(&mut self.segments);
             let exported = self.conn().and_then(|conn| {
                 let label = format!("fleet-{}", crate::out::new_run_id());
-                export_tables(conn, &out, &label, grace, Export::Keyed(Some(&dirty)))?;
+                export_tables(conn, &out, &label, grace, Export::Segments { dirty: &dirty, segments: &mut segments })?;
                 mark_exported(conn, None)
             });
+            self.segments = segments;
             if let Err(e) = exported {
                 self.dirty.extend(dirty);
                 return Err(e);
             }
         }
         self.conn()?;
+        let exported_ms = started.elapsed().as_millis() as u64;
         crate::out::crash_point("fleet-publish-before-snapshot");
         let conn = self.close().expect("opened above");
         warehouse::publish(conn, &out)?;
         self.unpublished = false;
+        tracing::debug!(
+            organizations = dirty.len(),
+            export_ms = exported_ms,
+            snapshot_ms = started.elapsed().as_millis() as u64 - exported_ms,
+            "publish stages"
+        );
         Ok(())
     }
 }

@@ -2,13 +2,15 @@
 //! DuckDB after a load's commit (zstd, statistics, ordered by the table's key). One
 //! organization's `content_daily` and `wow_deltas` are partitioned by `year` (`year=2026/…`).
 //!
-//! A fleet warehouse's tables are written in [`BUCKETS`] files each, `part-NN-of-64-K.parquet`,
-//! every organization's rows in one bucket (a stable hash of its name), ordered by `organization`
-//! then the key, with `organization` (and for the year-partitioned tables `year`) as columns of
-//! the files: a reader sees the same columns as before, and a filter on `organization` skips the
-//! row groups of the others. A partition per organization cost DuckDB's writer about 0.7 ms a
-//! file, 5 s or more for a thousand organizations; 64 files a table cost a tenth of that, and a
-//! later export still writes only the buckets whose organizations changed.
+//! A fleet warehouse's tables are written in *segments*: files `seg-<label>.parquet`, each with
+//! the rows of some organizations, ordered by `organization` then the key, `organization` (and
+//! for the year-partitioned tables `year`) a column of the files, so a reader sees the same
+//! columns as before and a filter on `organization` skips the other organizations' row groups. A
+//! publish writes one segment a table, of the organizations loaded since the last publish and
+//! of the others that shared a segment with one of them, and hard-links every other segment from
+//! the current version: a publish costs what changed. DuckDB's partitioned writer, a folder per
+//! organization before, cost about 3 ms of CPU a file (5 s or more for a thousand
+//! organizations); one file costs a tenth of that.
 //!
 //! Each export goes to a fresh version directory, then the table's path, a symlink, is switched
 //! to it with one rename: a reader never sees a partial table. A version that stops being
@@ -50,50 +52,66 @@ pub(crate) fn mark_exported(conn: &duckdb::Connection, run_id: Option<&str>) -> 
 pub(crate) enum Export<'a> {
     /// One organization's warehouse: every table, whole.
     Whole,
-    /// A fleet warehouse, in [`BUCKETS`] files a table: with `Some(orgs)`, only the buckets of
-    /// these organizations are written, and the other buckets' files of the current version are
-    /// hard-linked into the new one (their rows have not changed since it was exported); with
-    /// `None`, every bucket is written.
-    Keyed(Option<&'a std::collections::BTreeSet<String>>),
+    /// A fleet warehouse, in segments: the organizations `dirty` (loaded since the last publish)
+    /// and those sharing a segment with them are written into a new segment; the other segments
+    /// of the current version are hard-linked (their rows have not changed since). `segments`
+    /// remembers which organizations each current segment holds (read from the files when a
+    /// table is not in it), and is updated.
+    Segments { dirty: &'a std::collections::BTreeSet<String>, segments: &'a mut Segments },
 }
 
-/// The number of files a fleet warehouse's table is written in.
-pub const BUCKETS: u32 = 64;
+/// The organizations of each segment file of each table's current version.
+pub type Segments =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>;
 
-/// An organization's bucket, in SQL, of the text expression `org`: MD5, so that it never changes
-/// with the DuckDB version (a later export links the buckets it does not write).
-fn bucket_sql(org: &str) -> String {
-    format!("CAST(md5_number({org}) % {BUCKETS} AS INTEGER)")
+/// The name of a segment file of an export labelled `label`.
+fn segment_file(label: &str) -> String {
+    format!("seg-{label}.parquet")
 }
 
-/// The `k`-th file of bucket `b`.
-fn bucket_file(b: u32, k: usize) -> String {
-    format!("part-{b:02}-of-{BUCKETS}-{k}.parquet")
+/// Whether a file is a segment.
+fn is_segment(name: &str) -> bool {
+    name.starts_with("seg-") && name.ends_with(".parquet")
 }
 
-/// The bucket of a file [`bucket_file`] named, if it is one.
-fn bucket_of_file(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix("part-")?.strip_suffix(".parquet")?;
-    let (b, rest) = rest.split_once("-of-")?;
-    let (of, k) = rest.split_once('-')?;
-    (of == BUCKETS.to_string() && k.parse::<usize>().is_ok()).then_some(())?;
-    b.parse().ok().filter(|b| *b < BUCKETS)
-}
-
-/// The buckets of the organizations `orgs`.
-pub(crate) fn buckets_of(
+/// The organizations of each segment of the version `dir`, read from the files (their
+/// `organization` column only). `None` when `dir` is not a version in segments (none yet, or the
+/// layout of an older creator-etl: a folder per organization).
+fn read_segments(
     conn: &duckdb::Connection,
-    orgs: &std::collections::BTreeSet<String>,
-) -> Result<Vec<u32>, LoadError> {
-    if orgs.is_empty() {
-        return Ok(vec![]);
+    dir: &Path,
+) -> Result<Option<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>, LoadError> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(None) };
+    let mut files = vec![];
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        if !is_segment(&name) {
+            return Ok(None);
+        }
+        files.push(name);
     }
-    let list = warehouse::sql_list(&orgs.iter().cloned().collect::<Vec<_>>());
-    let sql = format!("SELECT DISTINCT {} FROM unnest([{list}]) AS t(o) ORDER BY 1", bucket_sql("o"));
-    let failed = |e| LoadError::db("compute the organizations' Parquet buckets", e);
+    let mut segments: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        files.iter().map(|f| (f.clone(), Default::default())).collect();
+    if files.is_empty() {
+        return Ok(Some(segments));
+    }
+    let list: Vec<String> = files.iter().map(|f| warehouse::sql_literal(&dir.join(f).display().to_string())).collect();
+    let sql = format!(
+        "SELECT DISTINCT filename, organization FROM read_parquet([{}], filename = true, hive_partitioning = false)",
+        list.join(", ")
+    );
+    let failed = |e| LoadError::db(format!("read the organizations of the Parquet segments in `{}`", dir.display()), e);
     let mut stmt = conn.prepare(&sql).map_err(failed)?;
-    let buckets = stmt.query_map([], |r| r.get::<_, i32>(0)).map_err(failed)?.collect::<Result<Vec<_>, _>>();
-    Ok(buckets.map_err(failed)?.into_iter().map(|b| b as u32).collect())
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).map_err(failed)?;
+    for row in rows {
+        let (file, org) = row.map_err(failed)?;
+        let name = Path::new(&file).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(file);
+        segments.entry(name).or_default().insert(org);
+    }
+    Ok(Some(segments))
 }
 
 /// [`export_parquet`]'s work: every table to a fresh version directory, switched into place.
@@ -103,42 +121,32 @@ pub(crate) fn export_tables(
     out: &OutDir,
     label: &str,
     grace: std::time::Duration,
-    export: Export,
+    mut export: Export,
 ) -> Result<(), LoadError> {
     let run_id = label;
     let root = out.parquet_dir();
     std::fs::create_dir_all(&root).map_err(io_err("create", &root))?;
-    let dirty = match export {
-        Export::Keyed(Some(orgs)) => Some(buckets_of(conn, orgs)?),
-        _ => None,
-    };
     for (i, t) in catalog::TABLES.into_iter().filter(|t| t.exported).enumerate() {
         let table = t.name;
+        let started = std::time::Instant::now();
         let version = root.join(format!(".{table}-{run_id}-{}", crate::out::new_run_id()));
         let link = root.join(table);
-        match export {
-            Export::Whole => export_whole(conn, t, &version)?,
-            Export::Keyed(_) => {
-                // The current version, when only some buckets are written: the others' files
-                // are linked from it, if it is in buckets (not the layout of an older
-                // creator-etl, nor one a hand has changed).
-                let current = std::fs::read_link(&link).ok().map(|v| root.join(v)).filter(|v| in_buckets(v));
-                match (&dirty, current) {
-                    (Some(dirty), Some(current)) => {
-                        export_buckets(conn, t, &version, Some(dirty))?;
-                        if let Err(e) = link_unchanged(&current, &version, dirty) {
-                            // A current version that cannot be read or linked (removed by hand,
-                            // or a file system without hard links): this table is exported
-                            // whole instead.
-                            tracing::warn!(table, error = %e, "cannot reuse the current Parquet version's files; exporting the table whole");
-                            std::fs::remove_dir_all(&version).map_err(io_err("remove", &version))?;
-                            export_buckets(conn, t, &version, None)?;
-                        }
-                    }
-                    _ => export_buckets(conn, t, &version, None)?,
-                }
+        let written = match &mut export {
+            Export::Whole => {
+                export_whole(conn, t, &version)?;
+                None
             }
-        }
+            Export::Segments { dirty, segments } => {
+                let current = std::fs::read_link(&link).ok().map(|v| root.join(v));
+                // Forgotten until the switch: an error on the way leaves the files to say.
+                let known = match (segments.remove(table), &current) {
+                    (Some(known), Some(_)) => Some(known),
+                    (_, Some(current)) => read_segments(conn, current)?,
+                    (_, None) => None,
+                };
+                Some(export_segments(conn, t, &version, label, dirty, current.as_deref(), known)?)
+            }
+        };
         // Switch the table's path to the new version: one rename of a symlink.
         let tmp_link = root.join(format!(".{table}.link-{run_id}"));
         let _ = std::fs::remove_file(&tmp_link);
@@ -152,6 +160,10 @@ pub(crate) fn export_tables(
         if let Some(old) = old {
             retire(&root.join(old));
         }
+        if let (Export::Segments { segments, .. }, Some(written)) = (&mut export, written) {
+            segments.insert(table.to_owned(), written);
+        }
+        tracing::debug!(table, ms = started.elapsed().as_millis() as u64, "table exported to Parquet");
         if i == 0 {
             crate::out::crash_point("export-after-first-table");
         }
@@ -178,86 +190,73 @@ fn export_whole(conn: &duckdb::Connection, t: &catalog::Table, version: &Path) -
         .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))
 }
 
-/// A fleet warehouse's table into `version`, in buckets: `only` these buckets, or all of them.
-/// Each bucket's rows are written by DuckDB's partitioned writer into `__bucket=N/`, then moved
-/// to `part-NN-of-64-K.parquet` (a hidden column in a path would be a column to readers).
-fn export_buckets(
+/// A fleet warehouse's table into `version` in segments: one new segment with the rows of the
+/// `dirty` organizations and of every organization sharing a current segment with one of them
+/// (all of the table when `known`, the current segments, is `None`), and the other current
+/// segments hard-linked from `current`. Returns the new version's segments.
+fn export_segments(
     conn: &duckdb::Connection,
     t: &catalog::Table,
     version: &Path,
-    only: Option<&[u32]>,
-) -> Result<(), LoadError> {
+    label: &str,
+    dirty: &std::collections::BTreeSet<String>,
+    current: Option<&Path>,
+    known: Option<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>,
+) -> Result<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>, LoadError> {
     let table = t.name;
     std::fs::create_dir_all(version).map_err(io_err("create", version))?;
-    let filter = match only {
-        Some([]) => return Ok(()),
-        Some(buckets) => {
-            let list: Vec<String> = buckets.iter().map(u32::to_string).collect();
-            format!(" WHERE {} IN ({})", bucket_sql("organization"), list.join(", "))
+    let mut kept = std::collections::BTreeMap::new();
+    // The organizations the new segment holds: `None`, every one of the table.
+    let mut written: Option<std::collections::BTreeSet<String>> = None;
+    if let (Some(known), Some(current)) = (known, current) {
+        let mut rewrite = dirty.clone();
+        for (file, orgs) in known {
+            if orgs.is_disjoint(dirty) {
+                kept.insert(file, orgs);
+            } else {
+                rewrite.extend(orgs);
+            }
+        }
+        let linked = kept.keys().try_for_each(|file| {
+            let target = version.join(file);
+            std::fs::hard_link(current.join(file), &target).map_err(io_err("link", &target))
+        });
+        match linked {
+            Ok(()) => written = Some(rewrite),
+            Err(e) => {
+                // A current version that cannot be linked (removed by hand, or a file system
+                // without hard links): this table is exported whole instead.
+                tracing::warn!(table, error = %e, "cannot reuse the current Parquet version's files; exporting the table whole");
+                std::fs::remove_dir_all(version).map_err(io_err("remove", version))?;
+                std::fs::create_dir_all(version).map_err(io_err("create", version))?;
+                kept.clear();
+            }
+        }
+    }
+    let filter = match &written {
+        Some(orgs) if orgs.is_empty() => return Ok(kept),
+        Some(orgs) => {
+            format!(" WHERE organization IN ({})", warehouse::sql_list(&orgs.iter().cloned().collect::<Vec<_>>()))
         }
         None => String::new(),
     };
     let year = if t.by_year { ", year(date) AS year" } else { "" };
-    let staged = version.join(".buckets");
-    let path = warehouse::sql_literal(&staged.display().to_string());
-    let select = format!(
-        "SELECT *{year}, {} AS __bucket FROM {table}{filter} ORDER BY organization, {}",
-        bucket_sql("organization"),
-        t.order_by()
-    );
-    conn.execute_batch(&format!(
-        "COPY ({select}) TO {path} (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (__bucket));"
-    ))
-    .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))?;
-    if !staged.exists() {
-        // No rows: no bucket, no file.
-        return Ok(());
-    }
-    for entry in std::fs::read_dir(&staged).map_err(io_err("read", &staged))? {
-        let entry = entry.map_err(io_err("read", &staged))?;
-        let name = entry.file_name();
-        let bucket = name.to_str().and_then(|n| n.strip_prefix("__bucket=")).and_then(|b| b.parse::<u32>().ok());
-        let Some(bucket) = bucket else {
-            return Err(LoadError::Bug(format!("an unexpected file `{}` in a Parquet export", entry.path().display())));
-        };
-        let mut files: Vec<PathBuf> = std::fs::read_dir(entry.path())
-            .map_err(io_err("read", &entry.path()))?
-            .map(|f| f.map(|f| f.path()))
-            .collect::<Result<_, _>>()
-            .map_err(io_err("read", &entry.path()))?;
-        files.sort();
-        for (k, file) in files.into_iter().enumerate() {
-            let to = version.join(bucket_file(bucket, k));
-            std::fs::rename(&file, &to).map_err(io_err("move", &to))?;
+    let file = segment_file(label);
+    let path = warehouse::sql_literal(&version.join(&file).display().to_string());
+    let select = format!("SELECT *{year} FROM {table}{filter} ORDER BY organization, {}", t.order_by());
+    conn.execute_batch(&format!("COPY ({select}) TO {path} (FORMAT parquet, COMPRESSION zstd);"))
+        .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))?;
+    let orgs = match written {
+        Some(orgs) => orgs,
+        None => {
+            let failed = |e| LoadError::db(format!("read the organizations of `{table}`"), e);
+            let mut stmt = conn.prepare(&format!("SELECT DISTINCT organization FROM {table}")).map_err(failed)?;
+            let orgs = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(failed)?.collect::<Result<_, _>>();
+            orgs.map_err(failed)?
         }
-    }
-    std::fs::remove_dir_all(&staged).map_err(io_err("remove", &staged))?;
-    Ok(())
-}
-
-/// Whether a version of a fleet warehouse's table is in buckets: every entry but dot-files is a
-/// bucket's file.
-fn in_buckets(version: &Path) -> bool {
-    let Ok(entries) = std::fs::read_dir(version) else { return false };
-    entries.flatten().all(|e| {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        name.starts_with('.') || bucket_of_file(&name).is_some()
-    })
-}
-
-/// Hard-links into `version` the files of `current` whose bucket is not in `written`.
-fn link_unchanged(current: &Path, version: &Path, written: &[u32]) -> Result<(), LoadError> {
-    for entry in std::fs::read_dir(current).map_err(io_err("read", current))? {
-        let entry = entry.map_err(io_err("read", current))?;
-        let name = entry.file_name();
-        let Some(bucket) = name.to_str().and_then(bucket_of_file) else { continue };
-        if !written.contains(&bucket) {
-            let target = version.join(&name);
-            std::fs::hard_link(entry.path(), &target).map_err(io_err("link", &target))?;
-        }
-    }
-    Ok(())
+    };
+    kept.insert(file, orgs);
+    Ok(kept)
 }
 
 /// Retired versions past their grace period. A version that is not current and has no mark
@@ -330,27 +329,22 @@ pub fn finish_interrupted_export(
 mod tests {
     use super::*;
 
-    /// Only files named as buckets of this bucket count are a bucketed version's: an older
-    /// layout (a folder per organization) is exported whole, never linked from.
+    /// Only `seg-*.parquet` files make a version in segments: an older layout (a folder per
+    /// organization) is exported whole, never linked from.
     #[test]
-    fn bucket_files_are_recognised_and_nothing_else() {
-        assert_eq!(bucket_of_file(&bucket_file(7, 0)), Some(7));
-        assert_eq!(bucket_of_file(&bucket_file(63, 2)), Some(63));
-        for other in [
-            "part-07-of-32-0.parquet",
-            "part-64-of-64-0.parquet",
-            "data_0.parquet",
-            "organization=a",
-            "part-07-of-64.parquet",
-        ] {
-            assert_eq!(bucket_of_file(other), None, "{other}");
-        }
+    fn only_segment_files_make_a_version_in_segments() {
+        let conn = duckdb::Connection::open_in_memory().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(bucket_file(1, 0)), b"").unwrap();
+        assert_eq!(read_segments(&conn, &dir.path().join("none")).unwrap(), None);
+        let file = dir.path().join(segment_file("a"));
+        let path = warehouse::sql_literal(&file.display().to_string());
+        conn.execute_batch(&format!("COPY (SELECT * FROM (VALUES ('x', 1), ('y', 2), ('x', 3)) AS t(organization, n)) TO {path} (FORMAT parquet);")).unwrap();
         std::fs::write(dir.path().join(".retired"), b"").unwrap();
-        assert!(in_buckets(dir.path()));
+        let segments = read_segments(&conn, dir.path()).unwrap().unwrap();
+        assert_eq!(segments.len(), 1);
+        assert_eq!(segments[&segment_file("a")], ["x".to_owned(), "y".to_owned()].into());
         std::fs::create_dir(dir.path().join("organization=a")).unwrap();
-        assert!(!in_buckets(dir.path()));
+        assert_eq!(read_segments(&conn, dir.path()).unwrap(), None);
     }
 
     /// A version that is not current and carries no mark gets one and waits a whole grace

@@ -215,39 +215,31 @@ fn a_failing_member_fails_alone() {
     assert_eq!(count(conn, "SELECT count(*) FROM runs WHERE organization = 'bad'"), 1);
 }
 
-/// The publish writes one Parquet tree in buckets (`organization` and `year` columns in the
-/// files) and the readers' snapshot; a later publish writes only the changed organizations'
-/// buckets and links the others; one organization's warehouse refuses to open a fleet's and the
-/// other way round.
+/// The publish writes one Parquet tree in segments (`organization` and `year` columns in the
+/// files) and the readers' snapshot; a later publish writes only the segments of the changed
+/// organizations and links the others; one organization's warehouse refuses to open a fleet's and
+/// the other way round.
 #[test]
 fn the_publish_writes_a_tree_by_organization_and_the_kinds_are_kept_apart() {
     let dir = tempfile::tempdir().unwrap();
     let out = OutDir::new(dir.path());
     let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
     use ApplicationStatus::Pending;
-    // Organizations in different buckets, so that a publish of one links the other's file.
-    let orgs: Vec<String> = (0..40).map(|i| format!("org-{i}")).collect();
-    let buckets = super::super::parquet::buckets_of(w.conn().unwrap(), &orgs.iter().cloned().collect()).unwrap();
-    assert!(buckets.len() > 10, "40 names spread over the buckets: {buckets:?}");
-    let members =
-        orgs.iter().enumerate().map(|(i, o)| member(o, run("r1", &[(i as i64 + 1, Pending)], 7, 0))).collect();
-    w.load(members, &config(false));
-    assert!(w.unpublished());
-    w.publish().unwrap();
-    assert!(!w.unpublished());
+    // Two publishes of 20 organizations each: two segments a table.
+    for half in [0..20, 20..40] {
+        let members = half.map(|i| member(&format!("org-{i}"), run("r1", &[(i as i64 + 1, Pending)], 7, 0))).collect();
+        w.load(members, &config(false));
+        assert!(w.unpublished());
+        w.publish().unwrap();
+        assert!(!w.unpublished());
+    }
     let tree = |conn: &Connection, t: &str| {
         let files = dir.path().join("parquet").join(t).join("*.parquet").display().to_string();
-        count(
-            conn,
-            &format!(
-                "SELECT count(*) FROM (SELECT organization, count(*) AS n FROM read_parquet('{files}', hive_partitioning = true) GROUP BY ALL                  EXCEPT SELECT organization, count(*) FROM {t} GROUP BY ALL)"
-            ),
-        ) + count(
-            conn,
-            &format!(
-                "SELECT count(*) FROM (SELECT organization, count(*) FROM {t} GROUP BY ALL EXCEPT                  SELECT organization, count(*) FROM read_parquet('{files}', hive_partitioning = true) GROUP BY ALL)"
-            ),
-        )
+        let parquet = format!(
+            "SELECT organization, count(*) FROM read_parquet('{files}', hive_partitioning = true) GROUP BY ALL"
+        );
+        let table = format!("SELECT organization, count(*) FROM {t} GROUP BY ALL");
+        count(conn, &format!("SELECT count(*) FROM (({parquet} EXCEPT {table}) UNION ALL ({table} EXCEPT {parquet}))"))
     };
     for t in crate::load::catalog::exported() {
         assert_eq!(tree(w.conn().unwrap(), t), 0, "{t}: the tree's rows per organization are the warehouse's");
@@ -258,33 +250,41 @@ fn the_publish_writes_a_tree_by_organization_and_the_kinds_are_kept_apart() {
         &format!("SELECT count(DISTINCT year) FROM read_parquet('{content}') WHERE organization = 'org-3'"),
     );
     assert!(years >= 1, "`year` is a column of the content files");
-    let inodes = |t: &str| -> std::collections::BTreeMap<String, u64> {
+    let inodes = |t: &str| -> Vec<u64> {
         use std::os::unix::fs::MetadataExt;
-        std::fs::read_dir(dir.path().join("parquet").join(t))
+        let mut v: Vec<u64> = std::fs::read_dir(dir.path().join("parquet").join(t))
             .unwrap()
             .flatten()
             .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().ino()))
-            .collect()
+            .map(|e| e.metadata().unwrap().ino())
+            .collect();
+        v.sort();
+        v
     };
     let before = inodes("applications");
-    assert_eq!(before.len(), buckets.len(), "one file a bucket: {before:?}");
-    // One organization loads again: its bucket's file is written anew, every other one linked.
+    assert_eq!(before.len(), 2, "a segment a publish");
+    // One organization of the first segment loads again: that segment is written anew, the
+    // other linked; a warehouse opened again (nothing remembered) reads the segments' files.
     w.load(vec![member("org-0", run("r2", &[(1, Pending), (100, Pending)], 7, 0))], &config(false));
     w.publish().unwrap();
     let after = inodes("applications");
-    assert_eq!(after.keys().collect::<Vec<_>>(), before.keys().collect::<Vec<_>>());
-    let rewritten: Vec<&String> = after.iter().filter(|(f, ino)| before[*f] != **ino).map(|(f, _)| f).collect();
-    assert_eq!(rewritten.len(), 1, "only org-0's bucket: {rewritten:?}");
+    assert_eq!(after.len(), 2);
+    assert_eq!(after.iter().filter(|i| before.contains(i)).count(), 1, "the untouched segment is linked");
+    drop(w);
+    let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+    w.load(vec![member("org-39", run("r2", &[(40, Pending), (400, Pending)], 7, 0))], &config(false));
+    w.publish().unwrap();
+    let last = inodes("applications");
+    assert_eq!(last.iter().filter(|i| after.contains(i)).count(), 1, "again, from the files");
     for t in crate::load::catalog::exported() {
-        assert_eq!(tree(w.conn().unwrap(), t), 0, "{t} after the second publish");
+        assert_eq!(tree(w.conn().unwrap(), t), 0, "{t} after the later publishes");
     }
     let snapshot = Connection::open(out.warehouse()).unwrap();
-    assert_eq!(count(&snapshot, "SELECT count(*) FROM applications"), 41);
+    assert_eq!(count(&snapshot, "SELECT count(*) FROM applications"), 42);
     drop(snapshot);
     // After the publish the writer reopens for the next batch.
     w.load(vec![member("org-1", run("r2", &[(2, Pending), (300, Pending)], 7, 0))], &config(false));
-    assert_eq!(count(w.conn().unwrap(), "SELECT count(*) FROM applications"), 42);
+    assert_eq!(count(w.conn().unwrap(), "SELECT count(*) FROM applications"), 43);
     drop(w);
     let err = warehouse::open_writer(&out).unwrap_err();
     assert!(matches!(err, LoadError::Kind(_)), "{err}");
