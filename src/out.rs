@@ -322,14 +322,22 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutError> {
 /// file or the new one whole, and only a power loss can lose the new one.
 pub fn write_atomic_with(path: &Path, bytes: &[u8], sync: bool) -> Result<(), OutError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(io_err("create", dir))?;
     let tmp = dir.join(format!(
         ".{}.tmp-{}",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
         std::process::id()
     ));
     {
-        let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
+        // The folder is made only when it is missing: most writes replace a file in place, and
+        // a fleet makes thousands of them.
+        let created = match File::create(&tmp) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+                File::create(&tmp)
+            }
+            created => created,
+        };
+        let mut f = created.map_err(io_err("create", &tmp))?;
         f.write_all(bytes).map_err(io_err("write", &tmp))?;
         if sync {
             f.sync_all().map_err(io_err("sync", &tmp))?;
