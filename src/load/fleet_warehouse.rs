@@ -3,7 +3,7 @@
 //!
 //! `fleet run` keeps it under the fleet's `--out` as any warehouse is kept: the writer's file
 //! `OUT/state/warehouse.duckdb`, published to readers as `OUT/warehouse.duckdb`, and one Parquet
-//! tree `OUT/parquet/<table>/organization=<name>/…`. What must stay an organization's own stays
+//! tree `OUT/parquet/<table>/seg-<label>.parquet` in segments of organizations ([`super::parquet`]). What must stay an organization's own stays
 //! under `OUT/orgs/<name>/`: its raw landing, resume state, lock, pacing memory and action
 //! journal.
 //!
@@ -11,8 +11,9 @@
 //!   temporary view of that organization's rows, without the `organization` column, so the
 //!   one-organization readers (the quick sync's snapshot, the content cursor, the load's previous
 //!   state) read it unchanged.
-//! - **Loading a batch.** [`FleetWarehouse::load`] prepares each member as a one-organization
-//!   load does ([`super::prepare`]), then commits them all through the load's one commit
+//! - **Loading a batch.** [`FleetWarehouse::load`] merges each member with its previous rows as a
+//!   one-organization load does and transforms the whole batch at once ([`super::prepare`]), then
+//!   commits them all through the load's one commit
 //!   ([`super::commit`]): per table, the members' rows deleted and the batch's inserted, their
 //!   keys checked first; then the status history (SCD2) and one `runs` row per member. A member
 //!   that fails its preparation (a data-quality failure under `--strict`, an unreadable row)
@@ -76,7 +77,7 @@ pub struct FleetWarehouse {
     /// Loads since the last publish (or an export a crash interrupted).
     unpublished: bool,
     /// The organizations whose rows changed since the Parquet tree's last export: the next
-    /// export writes only theirs.
+    /// export writes only the segments that hold them.
     dirty: BTreeSet<String>,
     /// The organizations with a loaded run.
     loaded: BTreeSet<String>,
@@ -270,7 +271,8 @@ impl FleetWarehouse {
             let laps = super::prepare::Laps::start();
             let result = match self.loaded.contains(&org) {
                 true => self.with_org(&org, |conn| merge(Some(conn), extracted, laps)),
-                false => merge(None, extracted, laps),
+                false => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| merge(None, extracted, laps)))
+                    .unwrap_or_else(|panic| Err(commit::panicked(&format!("read organization `{org}`'s run"), panic))),
             };
             match result {
                 Ok(m) => merged.push((org, report, m)),

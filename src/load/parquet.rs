@@ -3,12 +3,14 @@
 //! organization's `content_daily` and `wow_deltas` are partitioned by `year` (`year=2026/…`).
 //!
 //! A fleet warehouse's tables are written in *segments*: files `seg-<label>.parquet`, each with
-//! the rows of some organizations, ordered by `organization` then the key, `organization` (and
+//! the rows of at most [`SEGMENT_ORGANIZATIONS`] organizations, ordered by `organization` then
+//! the key, `organization` (and
 //! for the year-partitioned tables `year`) a column of the files, so a reader sees the same
 //! columns as before and a filter on `organization` skips the other organizations' row groups. A
-//! publish writes one segment a table, of the organizations loaded since the last publish and
-//! of the others that shared a segment with one of them, and hard-links every other segment from
-//! the current version: a publish costs what changed. DuckDB's partitioned writer, a folder per
+//! publish writes new segments of a table for the organizations loaded since the last publish and
+//! the others that shared a segment with one of them, and hard-links every other segment from
+//! the current version: a publish costs what changed, and at most a segment's worth more for
+//! each changed organization. DuckDB's partitioned writer, a folder per
 //! organization before, cost about 3 ms of CPU a file (5 s or more for a thousand
 //! organizations); one file costs a tenth of that.
 //!
@@ -141,7 +143,12 @@ pub(crate) fn export_tables(
                 // Forgotten until the switch: an error on the way leaves the files to say.
                 let known = match (segments.remove(table), &current) {
                     (Some(known), Some(_)) => Some(known),
-                    (_, Some(current)) => read_segments(conn, current)?,
+                    (_, Some(current)) => read_segments(conn, current).unwrap_or_else(|e| {
+                        // A segment DuckDB cannot read (damaged by hand, or by a power loss):
+                        // the table is exported whole, which replaces it.
+                        tracing::warn!(table, error = %crate::exit::with_causes(&e), "cannot read the current Parquet version's segments; exporting the table whole");
+                        None
+                    }),
                     (_, None) => None,
                 };
                 Some(export_segments(conn, t, &version, label, dirty, current.as_deref(), known)?)
@@ -190,10 +197,15 @@ fn export_whole(conn: &duckdb::Connection, t: &catalog::Table, version: &Path) -
         .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))
 }
 
-/// A fleet warehouse's table into `version` in segments: one new segment with the rows of the
-/// `dirty` organizations and of every organization sharing a current segment with one of them
-/// (all of the table when `known`, the current segments, is `None`), and the other current
-/// segments hard-linked from `current`. Returns the new version's segments.
+/// The most organizations a segment holds: a changed organization costs the rewrite of at
+/// most this many organizations' rows, and a whole export of N organizations N / this many COPYs.
+pub const SEGMENT_ORGANIZATIONS: usize = 256;
+
+/// A fleet warehouse's table into `version` in segments: the organizations with rows among the
+/// `dirty` ones and those sharing a current segment with one of them (every organization of the
+/// table when `known`, the current segments, is `None`) written into new segments of at most
+/// [`SEGMENT_ORGANIZATIONS`] each, and the other current segments hard-linked from `current`.
+/// No segment is empty. Returns the new version's segments.
 fn export_segments(
     conn: &duckdb::Connection,
     t: &catalog::Table,
@@ -206,15 +218,18 @@ fn export_segments(
     let table = t.name;
     std::fs::create_dir_all(version).map_err(io_err("create", version))?;
     let mut kept = std::collections::BTreeMap::new();
-    // The organizations the new segment holds: `None`, every one of the table.
-    let mut written: Option<std::collections::BTreeSet<String>> = None;
+    // The organizations to write: `None`, every one of the table.
+    let mut rewrite: Option<std::collections::BTreeSet<String>> = None;
     if let (Some(known), Some(current)) = (known, current) {
-        let mut rewrite = dirty.clone();
+        let mut touched = dirty.clone();
         for (file, orgs) in known {
+            if orgs.is_empty() {
+                continue;
+            }
             if orgs.is_disjoint(dirty) {
                 kept.insert(file, orgs);
             } else {
-                rewrite.extend(orgs);
+                touched.extend(orgs);
             }
         }
         let linked = kept.keys().try_for_each(|file| {
@@ -222,7 +237,7 @@ fn export_segments(
             std::fs::hard_link(current.join(file), &target).map_err(io_err("link", &target))
         });
         match linked {
-            Ok(()) => written = Some(rewrite),
+            Ok(()) => rewrite = Some(touched),
             Err(e) => {
                 // A current version that cannot be linked (removed by hand, or a file system
                 // without hard links): this table is exported whole instead.
@@ -233,29 +248,39 @@ fn export_segments(
             }
         }
     }
-    let filter = match &written {
-        Some(orgs) if orgs.is_empty() => return Ok(kept),
-        Some(orgs) => {
-            format!(" WHERE organization IN ({})", warehouse::sql_list(&orgs.iter().cloned().collect::<Vec<_>>()))
-        }
-        None => String::new(),
+    if rewrite.as_ref().is_some_and(|orgs| orgs.is_empty()) {
+        return Ok(kept);
+    }
+    // The organizations with rows, of those to write: the segments' exact members.
+    let with_rows: Vec<String> = {
+        let filter = match &rewrite {
+            Some(orgs) => {
+                format!(" WHERE organization IN ({})", warehouse::sql_list(&orgs.iter().cloned().collect::<Vec<_>>()))
+            }
+            None => String::new(),
+        };
+        let failed = |e| LoadError::db(format!("read the organizations of `{table}`"), e);
+        let mut stmt =
+            conn.prepare(&format!("SELECT DISTINCT organization FROM {table}{filter} ORDER BY 1")).map_err(failed)?;
+        let orgs = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(failed)?.collect::<Result<_, _>>();
+        orgs.map_err(failed)?
     };
     let year = if t.by_year { ", year(date) AS year" } else { "" };
-    let file = segment_file(label);
-    let path = warehouse::sql_literal(&version.join(&file).display().to_string());
-    let select = format!("SELECT *{year} FROM {table}{filter} ORDER BY organization, {}", t.order_by());
-    conn.execute_batch(&format!("COPY ({select}) TO {path} (FORMAT parquet, COMPRESSION zstd);"))
-        .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))?;
-    let orgs = match written {
-        Some(orgs) => orgs,
-        None => {
-            let failed = |e| LoadError::db(format!("read the organizations of `{table}`"), e);
-            let mut stmt = conn.prepare(&format!("SELECT DISTINCT organization FROM {table}")).map_err(failed)?;
-            let orgs = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(failed)?.collect::<Result<_, _>>();
-            orgs.map_err(failed)?
-        }
-    };
-    kept.insert(file, orgs);
+    for (i, chunk) in with_rows.chunks(SEGMENT_ORGANIZATIONS).enumerate() {
+        // A name no segment of the version has (a linked one included).
+        let file = std::iter::repeat_with(|| segment_file(&format!("{label}-{}-{i}", crate::out::new_run_id())))
+            .find(|f| !version.join(f).exists())
+            .expect("an unused name");
+        let path = warehouse::sql_literal(&version.join(&file).display().to_string());
+        let select = format!(
+            "SELECT *{year} FROM {table} WHERE organization IN ({}) ORDER BY organization, {}",
+            warehouse::sql_list(chunk),
+            t.order_by()
+        );
+        conn.execute_batch(&format!("COPY ({select}) TO {path} (FORMAT parquet, COMPRESSION zstd);"))
+            .map_err(|e| LoadError::db(format!("export `{table}` to Parquet"), e))?;
+        kept.insert(file, chunk.iter().cloned().collect());
+    }
     Ok(kept)
 }
 

@@ -229,7 +229,23 @@ pub(crate) fn transform_batch(batch: Vec<Merged>, cohort_edges: &[i64]) -> Vec<R
     let started = Instant::now();
     let inputs: Vec<transform::Input> =
         batch.iter().map(|m| transform::Input { apps: &m.apps, content: &m.content }).collect();
-    let together = if batch.len() > 1 { transform::run_batch(&inputs, cohort_edges).ok() } else { None };
+    // A panic is a bug of some member's data or of the transform: each member is then
+    // transformed alone, and one that panics again fails alone.
+    let caught = |what: &str, work: &mut dyn FnMut() -> Result<Vec<transform::Frames>, transform::TransformError>| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|panic| {
+            Err(transform::TransformError::Panicked(super::commit::panicked(what, panic).to_string()))
+        })
+    };
+    let together = match batch.len() > 1 {
+        true => match caught("transform the batch", &mut || transform::run_batch(&inputs, cohort_edges)) {
+            Ok(frames) => Some(frames),
+            Err(e) => {
+                tracing::warn!(members = batch.len(), error = %e, "the batch's transform failed; transforming its members one by one");
+                None
+            }
+        },
+        false => None,
+    };
     drop(inputs);
     match together {
         Some(frames) => {
@@ -248,7 +264,11 @@ pub(crate) fn transform_batch(batch: Vec<Merged>, cohort_edges: &[i64]) -> Vec<R
             .map(|m| {
                 let started = Instant::now();
                 let input = transform::Input { apps: &m.apps, content: &m.content };
-                let frames = transform::run_batch(&[input], cohort_edges)?.pop().expect("one member in, one out");
+                let frames = caught("transform the organization's frames", &mut || {
+                    transform::run_batch(&[input], cohort_edges)
+                })?
+                .pop()
+                .expect("one member in, one out");
                 let timings = LoadTimings { transform: started.elapsed().as_millis() as u64, ..m.timings };
                 Ok(Prepared { spec: m.spec, frames, quality: m.quality, timings })
             })

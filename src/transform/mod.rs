@@ -25,6 +25,9 @@ use crate::extract::{ContentRow, Observation};
 
 #[derive(Debug, Error)]
 pub enum TransformError {
+    /// The transform panicked (a bug): the message says where.
+    #[error("{0}")]
+    Panicked(String),
     #[error("cohort edges must be strictly increasing positive integers, got {0:?}")]
     Edges(Vec<i64>),
     #[error("building the `{table}` frame failed: {source}")]

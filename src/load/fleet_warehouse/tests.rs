@@ -293,3 +293,69 @@ fn the_publish_writes_a_tree_by_organization_and_the_kinds_are_kept_apart() {
     let err = FleetWarehouse::open(&OutDir::new(single.path()), Duration::ZERO).err().expect("refused");
     assert!(matches!(err, LoadError::Kind(_)), "{err}");
 }
+
+/// Publishes whose changed organizations straddle segments keep the tree exact, no segment
+/// above its bound, and a later publish of a few organizations rewrites only their segments.
+#[test]
+fn segments_stay_bounded_and_exact_across_straddling_publishes() {
+    use super::super::parquet::SEGMENT_ORGANIZATIONS;
+    use ApplicationStatus::Pending;
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutDir::new(dir.path());
+    let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+    let n = SEGMENT_ORGANIZATIONS + 60;
+    let load = |w: &mut FleetWarehouse, range: std::ops::Range<usize>, run_id: &str| {
+        let members =
+            range.map(|i| member(&format!("org-{i:04}"), run(run_id, &[(i as i64 + 1, Pending)], 7, 0))).collect();
+        for (org, outcome) in w.load(members, &config(false)) {
+            outcome.unwrap_or_else(|e| panic!("{org}: {e}"));
+        }
+        w.publish().unwrap();
+    };
+    load(&mut w, 0..n, "r1");
+    // Straddling: the end of one publish's organizations and the start of the next.
+    load(&mut w, 200..n, "r2");
+    load(&mut w, 100..250, "r3");
+    let files = |t: &str| dir.path().join("parquet").join(t).join("*.parquet").display().to_string();
+    let conn = w.conn().unwrap();
+    for t in crate::load::catalog::exported() {
+        let parquet = format!(
+            "SELECT organization, count(*) FROM read_parquet('{}', hive_partitioning = false) GROUP BY ALL",
+            files(t)
+        );
+        let table = format!("SELECT organization, count(*) FROM {t} GROUP BY ALL");
+        let differ = count(
+            conn,
+            &format!("SELECT count(*) FROM (({parquet} EXCEPT {table}) UNION ALL ({table} EXCEPT {parquet}))"),
+        );
+        assert_eq!(differ, 0, "{t}: the tree's rows per organization are the warehouse's");
+        let biggest = count(
+            conn,
+            &format!("SELECT max(n) FROM (SELECT filename, count(DISTINCT organization) AS n FROM read_parquet('{}', filename = true, hive_partitioning = false) GROUP BY ALL)", files(t)),
+        );
+        assert!(biggest as usize <= SEGMENT_ORGANIZATIONS, "{t}: a segment of {biggest} organizations");
+        let all = count(conn, &format!("SELECT count(*) FROM glob('{}')", files(t)));
+        let with_rows = count(
+            conn,
+            &format!(
+                "SELECT count(DISTINCT filename) FROM read_parquet('{}', filename = true, hive_partitioning = false)",
+                files(t)
+            ),
+        );
+        assert_eq!(all, with_rows, "{t}: no empty segment");
+    }
+    let segments = |t: &str| -> BTreeSet<u64> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir(dir.path().join("parquet").join(t))
+            .unwrap()
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.metadata().unwrap().ino())
+            .collect()
+    };
+    let before = segments("applications");
+    load(&mut w, 5..6, "r4");
+    let after = segments("applications");
+    assert_eq!(after.difference(&before).count(), 1, "one organization changed: one segment written");
+    assert_eq!(after.len(), before.len());
+}
