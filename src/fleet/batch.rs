@@ -307,19 +307,18 @@ fn serve(
         let timed_out = matches!(received, Err(mpsc::RecvTimeoutError::Timeout));
         if let Ok(Request::Previous { org, .. }) = &received {
             to_ask.retain(|n| n != org);
-            if w.has_loaded(org) && !w.gathered(org) {
-                let next = to_ask.iter().filter(|n| w.has_loaded(n)).take(options.size.max(1) - 1).cloned();
-                let asked: Vec<String> = std::iter::once(org.clone()).chain(next).collect();
-                if let Err(e) = w.gather(&asked) {
-                    tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the organizations' previous states together; reading them one by one");
-                }
-            }
         }
         let ended = match received {
             Ok(Request::Previous { org, own, config, reply }) => {
                 let started = Instant::now();
                 let answer = w.adopt(&org, &own).and_then(|_| match w.has_loaded(&org) {
-                    true => w.with_org(&org, |conn| crate::sync::read_previous_from(conn, &config)),
+                    // Read with the next organizations' (their syncs start together), one query
+                    // per table.
+                    true => {
+                        let next: Vec<String> =
+                            to_ask.iter().filter(|n| w.has_loaded(n)).take(options.size.max(1) - 1).cloned().collect();
+                        w.previous(&org, &next, |rows, conn| crate::sync::previous_from_rows(rows, conn, &config))
+                    }
                     // Nothing loaded: no snapshot and no content cursor, as reading would find.
                     false => Ok((ExtractConfig { content_cursor: None, ..config }, None)),
                 });

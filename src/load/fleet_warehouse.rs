@@ -84,6 +84,9 @@ pub struct FleetWarehouse {
     /// The organizations of each segment of the Parquet tree's current version, per table (read
     /// from the files for a table not in it).
     segments: Segments,
+    /// Organizations' previous rows read with another's ([`FleetWarehouse::previous`]), until
+    /// they ask for them; a write of an organization's rows drops its entry.
+    previous: BTreeMap<String, warehouse::PreviousRows>,
 }
 
 impl FleetWarehouse {
@@ -99,6 +102,7 @@ impl FleetWarehouse {
             dirty: BTreeSet::new(),
             loaded: BTreeSet::new(),
             segments: Segments::new(),
+            previous: BTreeMap::new(),
         };
         super::clean_leftovers(out);
         // A publish killed after its export, or a snapshot missing or older than the writer's
@@ -220,9 +224,35 @@ impl FleetWarehouse {
         Ok(())
     }
 
-    /// Whether organization `org`'s rows are in the reader's group.
-    pub fn gathered(&self, org: &str) -> bool {
-        self.group.contains(org)
+    /// Runs `read` on organization `org`'s previous rows (its ledger and applications: what a
+    /// sync reads before its first request) and the writer's connection. Rows not read yet are
+    /// read with those of `next` (the organizations that will ask next) in one query per table,
+    /// and kept until they ask; if that read fails, `org`'s are read alone, so another
+    /// organization's damaged rows never fail it.
+    pub fn previous<T>(
+        &mut self,
+        org: &str,
+        next: &[String],
+        read: impl FnOnce(&warehouse::PreviousRows, &Connection) -> Result<T, LoadError>,
+    ) -> Result<T, LoadError> {
+        if !self.previous.contains_key(org) {
+            let asked: Vec<String> = std::iter::once(org.to_owned())
+                .chain(next.iter().filter(|n| *n != org && !self.previous.contains_key(*n)).cloned())
+                .collect();
+            let rows = match warehouse::previous_rows(self.conn()?, &asked) {
+                Err(e) if asked.len() > 1 => {
+                    tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the organizations' previous states together; reading them one by one");
+                    warehouse::previous_rows(self.conn()?, &asked[..1])?
+                }
+                rows => rows?,
+            };
+            self.previous.extend(rows);
+        }
+        let rows = self.previous.remove(org).unwrap_or_default();
+        let conn = self.conn()?;
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&rows, conn))).unwrap_or_else(|panic| {
+            Err(commit::panicked(&format!("read organization `{org}`'s previous state"), panic))
+        })
     }
 
     /// Runs `read` on organization `org`'s rows, through the reader connection's views (the
@@ -391,6 +421,9 @@ impl FleetWarehouse {
             [one] => one.as_str(),
             _ => "batch",
         });
+        for org in &orgs {
+            self.previous.remove(org);
+        }
         let staged = commit::stage(&ready, Shape::Fleet, &dir)?;
         let conn = self.conn()?;
         let committed = commit::write(conn, Shape::Fleet, &ready, &staged)?;
@@ -512,6 +545,7 @@ impl FleetWarehouse {
         let path = sql_literal(&own.writer_warehouse().display().to_string());
         let org_literal = sql_literal(org);
         self.group.clear();
+        self.previous.remove(org);
         let conn = self.conn()?;
         conn.execute_batch(&format!("ATTACH {path} AS own_warehouse (READ_ONLY);"))
             .map_err(|e| LoadError::db(format!("open organization `{org}`'s own warehouse"), e))?;

@@ -343,16 +343,42 @@ pub fn read_previous_from(
     conn: &duckdb::Connection,
     config: &ExtractConfig,
 ) -> Result<(ExtractConfig, Option<Snapshot>), crate::load::LoadError> {
+    previous_with(
+        config,
+        |statuses, campaign| crate::load::warehouse::snapshot(conn, statuses, campaign),
+        || crate::load::warehouse::content_cursor(conn),
+    )
+}
+
+/// [`read_previous`] from an organization's rows of a fleet warehouse, read with other
+/// organizations' ([`crate::load::warehouse::previous_rows`]); `conn` names the warehouse in an
+/// error.
+pub fn previous_from_rows(
+    rows: &crate::load::warehouse::PreviousRows,
+    conn: &duckdb::Connection,
+    config: &ExtractConfig,
+) -> Result<(ExtractConfig, Option<Snapshot>), crate::load::LoadError> {
+    previous_with(config, |statuses, campaign| Ok(rows.snapshot(statuses, campaign)), || rows.content_cursor(conn))
+}
+
+/// What a sync reads before its first request, given how to read the snapshot and the cursor:
+/// the previous sync's lists for a quick sync (a full sync compares with nothing), and the last
+/// content day loaded unless `--from` names where content starts.
+fn previous_with(
+    config: &ExtractConfig,
+    snapshot: impl FnOnce(&[String], Option<i64>) -> Result<Option<Snapshot>, crate::load::LoadError>,
+    cursor: impl FnOnce() -> Result<Option<chrono::NaiveDate>, crate::load::LoadError>,
+) -> Result<(ExtractConfig, Option<Snapshot>), crate::load::LoadError> {
     let statuses: Vec<String> = config.statuses.iter().map(|s| s.to_string()).collect();
     let snapshot = match config.sync {
         SyncMode::Full => None,
-        _ => crate::load::warehouse::snapshot(conn, &statuses, config.campaign_id)?,
+        _ => snapshot(&statuses, config.campaign_id)?,
     };
     // With `--from`, the content starts there: the ledger's cursor is not read, so a damaged
     // ledger row never stops a run that names its range.
     let content_cursor = match config.from {
         Some(_) => None,
-        None => crate::load::warehouse::content_cursor(conn)?,
+        None => cursor()?,
     };
     Ok((ExtractConfig { content_cursor, ..config.clone() }, snapshot))
 }

@@ -25,7 +25,10 @@ use std::time::{Duration, Instant};
 
 use duckdb::Connection;
 
-pub use readback::{applications_where, content, content_cursor, latest_run, scope_filter, snapshot, sync_scope};
+pub use readback::{
+    applications_where, content, content_cursor, latest_run, previous_rows, scope_filter, snapshot, sync_scope,
+    PreviousRows,
+};
 
 use super::catalog::{self, Shape};
 use super::LoadError;

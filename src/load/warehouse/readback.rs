@@ -201,6 +201,12 @@ pub fn content_cursor(conn: &Connection) -> Result<Option<NaiveDate>, LoadError>
         .map_err(|e| LoadError::db("read `runs`", e))?
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| LoadError::db("read `runs`", e))?;
+    cursor_of(conn, rows)
+}
+
+/// The content cursor of a ledger's `(run_id, report_json)` rows ([`content_cursor`]); `conn`
+/// names the warehouse in an error.
+fn cursor_of(conn: &Connection, rows: Vec<(String, String)>) -> Result<Option<NaiveDate>, LoadError> {
     let day = |v: &serde_json::Value| v.as_str().and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok());
     let mut last = None;
     for (run_id, json) in rows {
@@ -364,4 +370,207 @@ pub fn applications_where(conn: &Connection, keep: &str) -> Result<Vec<Observati
         }
     }
     Ok(apps)
+}
+
+/// One organization's ledger and applications as a sync reads them before its first request,
+/// read for many organizations of a fleet warehouse at once ([`previous_rows`]): what
+/// [`snapshot`] and [`content_cursor`] read, for any scope ([`PreviousRows::snapshot`],
+/// [`PreviousRows::content_cursor`]).
+#[derive(Debug, Default)]
+pub struct PreviousRows {
+    /// `runs`: run id, finished at, sync mode, sync scope, report.
+    runs: Vec<(String, Option<DateTime<Utc>>, Option<String>, Option<String>, Option<String>)>,
+    /// `applications`: status, applied at (microseconds), id, campaign id.
+    apps: Vec<(String, i64, i64, i64)>,
+}
+
+/// The previous rows of the organizations `orgs` of the fleet warehouse `conn`, with one query
+/// per table; an organization without rows gets empty ones.
+pub fn previous_rows(
+    conn: &Connection,
+    orgs: &[String],
+) -> Result<std::collections::BTreeMap<String, PreviousRows>, LoadError> {
+    let mut out: std::collections::BTreeMap<String, PreviousRows> =
+        orgs.iter().map(|o| (o.clone(), PreviousRows::default())).collect();
+    if orgs.is_empty() {
+        return Ok(out);
+    }
+    let list = super::sql_list(orgs);
+    let runs = read_rows(
+        conn,
+        "runs",
+        &format!("SELECT organization, run_id, finished_at, sync_mode, sync_scope, report_json FROM runs WHERE organization IN ({list})"),
+        [],
+        |c| {
+            Ok((
+                c.get::<String>("organization")?,
+                (
+                    c.get::<String>("run_id")?,
+                    c.timestamp_opt("finished_at")?,
+                    c.get::<Option<String>>("sync_mode")?,
+                    c.get::<Option<String>>("sync_scope")?,
+                    c.get::<Option<String>>("report_json")?,
+                ),
+            ))
+        },
+    )?;
+    for (org, run) in runs {
+        out.entry(org).or_default().runs.push(run);
+    }
+    let apps = read_rows(
+        conn,
+        "applications",
+        &format!(
+            "SELECT organization, status, applied_at, id, campaign_id FROM applications WHERE organization IN ({list})"
+        ),
+        [],
+        |c| {
+            Ok((
+                c.get::<String>("organization")?,
+                (
+                    c.get::<String>("status")?,
+                    c.timestamp("applied_at")?.timestamp_micros(),
+                    c.get::<i64>("id")?,
+                    c.get::<i64>("campaign_id")?,
+                ),
+            ))
+        },
+    )?;
+    for (org, app) in apps {
+        out.entry(org).or_default().apps.push(app);
+    }
+    Ok(out)
+}
+
+impl PreviousRows {
+    /// [`snapshot`] of these rows: the previous sync's lists for a quick sync of this scope.
+    pub fn snapshot(&self, statuses: &[String], campaign_id: Option<i64>) -> Option<Snapshot> {
+        let scope = sync_scope(statuses, campaign_id);
+        // The last run (by `finished_at`, a missing one last), of this scope, or no snapshot.
+        let last = self.runs.iter().max_by_key(|r| r.1.map(|t| (1, t)).unwrap_or((0, DateTime::<Utc>::MIN_UTC)))?;
+        if last.3.as_deref() != Some(scope.as_str()) {
+            return None;
+        }
+        let last_reconcile = self
+            .runs
+            .iter()
+            .filter(|r| r.2.as_deref() == Some("full") && r.3.as_deref() == Some(scope.as_str()))
+            .filter_map(|r| r.1)
+            .max();
+        let rows = self
+            .apps
+            .iter()
+            .filter(|(status, _, _, campaign)| in_scope(statuses, campaign_id, status, *campaign))
+            .map(|(status, applied, id, _)| (status.clone(), (*applied, *id)));
+        Some(Snapshot::new(last.0.clone(), last_reconcile, rows))
+    }
+
+    /// [`content_cursor`] of these rows; `conn` names the warehouse in an error.
+    pub fn content_cursor(&self, conn: &Connection) -> Result<Option<NaiveDate>, LoadError> {
+        let reports = self.runs.iter().filter_map(|r| Some((r.0.clone(), r.4.clone()?))).collect();
+        cursor_of(conn, reports)
+    }
+}
+
+/// Whether an application of this status and campaign is in a sync's scope: [`scope_filter`]'s
+/// rule, in Rust.
+fn in_scope(statuses: &[String], campaign_id: Option<i64>, status: &str, campaign: i64) -> bool {
+    (statuses.len() >= ApplicationStatus::KNOWN.len() || statuses.iter().any(|s| s == status))
+        && campaign_id.is_none_or(|c| c == campaign)
+}
+
+#[cfg(test)]
+mod previous_tests {
+    use super::*;
+
+    /// The batch reader's snapshot and cursor are the one-organization readers', for every scope.
+    #[test]
+    fn the_batch_reader_reads_what_the_one_organization_readers_read() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE runs (organization VARCHAR, run_id VARCHAR, finished_at TIMESTAMPTZ, sync_mode VARCHAR, sync_scope VARCHAR, report_json VARCHAR);
+             CREATE TABLE applications (organization VARCHAR, status VARCHAR, applied_at TIMESTAMPTZ, id BIGINT, campaign_id BIGINT);",
+        )
+        .unwrap();
+        let all: Vec<String> = ApplicationStatus::KNOWN.iter().map(|s| s.to_string()).collect();
+        let scope_all = sync_scope(&all, None);
+        let scope_one = sync_scope(&all[..1], Some(7));
+        for (org, run, at, mode, scope, to) in [
+            ("a", "r1", "2026-01-01", "full", scope_all.as_str(), "2025-12-31"),
+            ("a", "r2", "2026-01-05", "quick", scope_all.as_str(), "2026-01-04"),
+            ("b", "r1", "2026-01-01", "full", scope_one.as_str(), "2025-12-20"),
+            ("c", "r1", "2026-01-03", "full", scope_all.as_str(), "2026-01-02"),
+            ("c", "r2", "2026-01-02", "full", scope_one.as_str(), "2026-01-01"),
+        ] {
+            conn.execute(
+                "INSERT INTO runs VALUES (?, ?, ?::TIMESTAMPTZ, ?, ?, ?)",
+                duckdb::params![org, run, at, mode, scope, format!("{{\"content\":{{\"to\":\"{to}\"}}}}")],
+            )
+            .unwrap();
+        }
+        for (i, org) in ["a", "a", "a", "b", "c"].iter().enumerate() {
+            let status = &all[i % all.len()];
+            conn.execute(
+                "INSERT INTO applications VALUES (?, ?, ?::TIMESTAMPTZ, ?, ?)",
+                duckdb::params![
+                    org,
+                    status,
+                    format!("2025-06-{:02}T00:00:00Z", i + 1),
+                    i as i64 + 1,
+                    if i % 2 == 0 { 7i64 } else { 8 }
+                ],
+            )
+            .unwrap();
+        }
+        let rows = previous_rows(&conn, &["a".into(), "b".into(), "c".into(), "none".into()]).unwrap();
+        for org in ["a", "b", "c", "none"] {
+            conn.execute_batch(&format!(
+                "CREATE OR REPLACE TEMP VIEW r AS SELECT * EXCLUDE (organization) FROM runs WHERE organization = '{org}';
+                 CREATE OR REPLACE TEMP VIEW ap AS SELECT * EXCLUDE (organization) FROM applications WHERE organization = '{org}';"
+            ))
+            .unwrap();
+            // The one-organization readers over that organization's rows, as tables of their own.
+            let single = Connection::open_in_memory().unwrap();
+            single.execute_batch("CREATE TABLE runs (run_id VARCHAR, finished_at TIMESTAMPTZ, sync_mode VARCHAR, sync_scope VARCHAR, report_json VARCHAR); CREATE TABLE applications (status VARCHAR, applied_at TIMESTAMPTZ, id BIGINT, campaign_id BIGINT);").unwrap();
+            let mut stmt = conn
+                .prepare("SELECT run_id, CAST(finished_at AS VARCHAR), sync_mode, sync_scope, report_json FROM r")
+                .unwrap();
+            for row in stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, String>(4)?,
+                    ))
+                })
+                .unwrap()
+            {
+                let (a, b, c, d, e) = row.unwrap();
+                single
+                    .execute("INSERT INTO runs VALUES (?, ?::TIMESTAMPTZ, ?, ?, ?)", duckdb::params![a, b, c, d, e])
+                    .unwrap();
+            }
+            let mut stmt = conn.prepare("SELECT status, CAST(applied_at AS VARCHAR), id, campaign_id FROM ap").unwrap();
+            for row in stmt
+                .query_map([], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+                })
+                .unwrap()
+            {
+                let (a, b, c, d) = row.unwrap();
+                single
+                    .execute("INSERT INTO applications VALUES (?, ?::TIMESTAMPTZ, ?, ?)", duckdb::params![a, b, c, d])
+                    .unwrap();
+            }
+            let mine = &rows[org];
+            for (statuses, campaign) in [(all.clone(), None), (all[..1].to_vec(), Some(7)), (all[..2].to_vec(), None)] {
+                let want = snapshot(&single, &statuses, campaign).unwrap();
+                let got = mine.snapshot(&statuses, campaign);
+                assert_eq!(format!("{got:?}"), format!("{want:?}"), "{org} {statuses:?} {campaign:?}");
+            }
+            assert_eq!(mine.content_cursor(&conn).unwrap(), content_cursor(&single).unwrap(), "{org}");
+        }
+    }
 }
