@@ -56,11 +56,14 @@ fn segment_name(invocation: u32) -> String {
     format!("part-{invocation:04}.jsonl.gz")
 }
 
-/// Writes one invocation's segment.
+/// Writes one invocation's segment: each record a gzip member of its own (a segment is their
+/// concatenation, which a gzip reader reads as one stream), so that no compressor is held between
+/// records: a compressor's state is about 370 KB, and a fleet holds a segment open for every
+/// organization in flight (thousands).
 pub struct RawWriter {
     partial: PathBuf,
     done: PathBuf,
-    enc: Option<GzEncoder<File>>,
+    file: Option<File>,
     records: u64,
 }
 
@@ -70,23 +73,30 @@ impl RawWriter {
         let done = dir.join(segment_name(invocation));
         let partial = dir.join(format!("{}.partial", segment_name(invocation)));
         let file = File::create(&partial).map_err(io_err("create", &partial))?;
-        Ok(RawWriter { partial, done, enc: Some(GzEncoder::new(file, Compression::fast())), records: 0 })
+        Ok(RawWriter { partial, done, file: Some(file), records: 0 })
     }
 
-    /// Appends a record and flushes it to the OS, so it survives a kill of this process.
+    /// Appends a record, compressed as one gzip member and written to the OS in one call, so it
+    /// survives a kill of this process (a kill in the middle leaves a truncated last member,
+    /// which reading a partial segment stops at).
     pub fn write(&mut self, rec: &RawRecord) -> Result<(), OutError> {
-        let enc = self.enc.as_mut().expect("writer not finished");
-        let mut line = serde_json::to_vec(rec).expect("records serialise");
-        line.push(b'\n');
-        enc.write_all(&line).and_then(|_| enc.flush()).map_err(io_err("write", &self.partial))?;
+        let file = self.file.as_mut().expect("writer not finished");
+        let mut enc = GzEncoder::new(Vec::new(), Compression::fast());
+        serde_json::to_writer(&mut enc, rec).expect("records serialise");
+        let member = enc.write_all(b"\n").and_then(|_| enc.finish()).map_err(io_err("compress", &self.partial))?;
+        file.write_all(&member).map_err(io_err("write", &self.partial))?;
         self.records += 1;
         Ok(())
     }
 
-    /// Completes the gzip stream, syncs it, and gives it its final name.
+    /// Syncs the segment and gives it its final name; a segment without records is one empty
+    /// gzip member (a gzip reader refuses an empty file).
     pub fn finish(mut self) -> Result<PathBuf, OutError> {
-        let enc = self.enc.take().expect("writer not finished");
-        let file = enc.finish().map_err(io_err("finish", &self.partial))?;
+        let mut file = self.file.take().expect("writer not finished");
+        if self.records == 0 {
+            let empty = GzEncoder::new(Vec::new(), Compression::fast()).finish();
+            empty.and_then(|member| file.write_all(&member)).map_err(io_err("write", &self.partial))?;
+        }
         file.sync_all().map_err(io_err("sync", &self.partial))?;
         fs::rename(&self.partial, &self.done).map_err(io_err("rename", &self.done))?;
         Ok(self.done.clone())
@@ -209,7 +219,7 @@ mod tests {
         for i in 1..=3 {
             w.write(&rec(i)).unwrap();
         }
-        // Simulate a kill: the encoder is never finished.
+        // Simulate a kill: the segment is never finished.
         std::mem::forget(w);
         assert_eq!(read_run(dir.path()).unwrap().len(), 3);
         assert_eq!(recover_partials(dir.path()).unwrap(), 3);
@@ -226,6 +236,27 @@ mod tests {
             r.received_at = all[0].received_at;
             r
         });
+    }
+
+    /// A segment is one gzip member a record (one empty member when it has none), and a kill in the middle
+    /// of a record's write leaves the records before it readable; `zcat` reads it whole.
+    #[test]
+    fn a_segment_is_a_member_a_record_and_a_torn_last_member_is_a_killed_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = RawWriter::create(dir.path(), 1).unwrap().finish().unwrap();
+        assert_eq!(read_segment(&empty, true).unwrap().len(), 0);
+        let mut w = RawWriter::create(dir.path(), 2).unwrap();
+        w.write(&rec(1)).unwrap();
+        w.write(&rec(2)).unwrap();
+        let whole = w.finish().unwrap();
+        let bytes = fs::read(&whole).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut MultiGzDecoder::new(&bytes[..]), &mut text).unwrap();
+        assert_eq!(text.lines().count(), 2);
+        let torn = dir.path().join("part-0003.jsonl.gz.partial");
+        fs::write(&torn, &bytes[..bytes.len() * 3 / 4]).unwrap();
+        assert_eq!(read_segment(&torn, false).unwrap().iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1]);
+        assert!(read_segment(&torn, true).is_err(), "a torn member in a finished segment is an error");
     }
 
     /// Regression: a bad record inside a finished segment was read as a "truncated tail", and the
