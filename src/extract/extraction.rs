@@ -247,7 +247,14 @@ impl<'a> Run<'a> {
             ..
         } = self;
         progress.finish();
-        writer.finish()?;
+        // A segment whose write failed stays partial (the next run recovers it): the run's own
+        // error, that write's, is the one reported.
+        if let Err(e) = writer.finish() {
+            if result.is_ok() {
+                return Err(e.into());
+            }
+            tracing::warn!(error = %crate::exit::with_causes(&e), "the landing segment stays partial; the next run recovers it");
+        }
         let (requests, unreported) = runs::record_requests(&config.out, &spec.run_id, invocation, &client.metrics())?;
         findings.durations_ms.extract = Some(started.elapsed().as_millis() as u64);
         let (status, error) = match &result {

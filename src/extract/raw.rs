@@ -6,11 +6,13 @@
 //! with the data.
 //!
 //! Each invocation of a run writes its own segment, `part-NNNN.jsonl.gz`. While written it is
-//! named `part-NNNN.jsonl.gz.partial` and sync-flushed after every record, so a killed process
-//! leaves every record it reported as landed readable. The next invocation recovers a leftover
-//! partial segment into a complete one before it starts. Readers accept a truncated tail in a
-//! partial segment only: a finished segment was synced whole, so a bad record in it is
-//! corruption, reported with the file and line, never skipped.
+//! named `part-NNNN.jsonl.gz.partial`, and each record is written to the OS as a gzip member of
+//! its own in one call, so a killed process leaves every record it reported as landed readable.
+//! A record whose write fails is cut off again (the file goes back to its last whole member),
+//! and the segment then stays partial. The next invocation recovers a leftover partial segment
+//! into a complete one before it starts. Readers accept a truncated tail in a partial segment
+//! only: a finished segment was synced whole, so a bad record in it is corruption, reported with
+//! the file and line, never skipped.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -65,6 +67,10 @@ pub struct RawWriter {
     done: PathBuf,
     file: Option<File>,
     records: u64,
+    /// The length of the segment's whole members.
+    whole: u64,
+    /// A write failed: the segment stays partial, for the next invocation to recover.
+    failed: bool,
 }
 
 impl RawWriter {
@@ -73,7 +79,7 @@ impl RawWriter {
         let done = dir.join(segment_name(invocation));
         let partial = dir.join(format!("{}.partial", segment_name(invocation)));
         let file = File::create(&partial).map_err(io_err("create", &partial))?;
-        Ok(RawWriter { partial, done, file: Some(file), records: 0 })
+        Ok(RawWriter { partial, done, file: Some(file), records: 0, whole: 0, failed: false })
     }
 
     /// Appends a record, compressed as one gzip member and written to the OS in one call, so it
@@ -81,10 +87,24 @@ impl RawWriter {
     /// which reading a partial segment stops at).
     pub fn write(&mut self, rec: &RawRecord) -> Result<(), OutError> {
         let file = self.file.as_mut().expect("writer not finished");
-        let mut enc = GzEncoder::new(Vec::new(), Compression::fast());
-        serde_json::to_writer(&mut enc, rec).expect("records serialise");
-        let member = enc.write_all(b"\n").and_then(|_| enc.finish()).map_err(io_err("compress", &self.partial))?;
-        file.write_all(&member).map_err(io_err("write", &self.partial))?;
+        if self.failed {
+            return Err(OutError::Io {
+                action: "write",
+                path: self.partial.display().to_string(),
+                source: std::io::Error::other("an earlier write to this segment failed"),
+            });
+        }
+        let mut line = serde_json::to_vec(rec).expect("records serialise");
+        line.push(b'\n');
+        let member = gzip_member(&line).map_err(io_err("compress", &self.partial))?;
+        if let Err(e) = file.write_all(&member) {
+            // Part of the member may be in the file (a full disk): cut it off, so the segment
+            // ends with its last whole record (shortening needs no space).
+            self.failed = true;
+            let _ = file.set_len(self.whole);
+            return Err(io_err("write", &self.partial)(e));
+        }
+        self.whole += member.len() as u64;
         self.records += 1;
         Ok(())
     }
@@ -93,14 +113,57 @@ impl RawWriter {
     /// gzip member (a gzip reader refuses an empty file).
     pub fn finish(mut self) -> Result<PathBuf, OutError> {
         let mut file = self.file.take().expect("writer not finished");
+        if self.failed {
+            // Left partial: the next invocation recovers its whole records.
+            return Err(OutError::Io {
+                action: "finish",
+                path: self.partial.display().to_string(),
+                source: std::io::Error::other("a write to this segment failed; it is recovered by the next run"),
+            });
+        }
         if self.records == 0 {
-            let empty = GzEncoder::new(Vec::new(), Compression::fast()).finish();
-            empty.and_then(|member| file.write_all(&member)).map_err(io_err("write", &self.partial))?;
+            gzip_member(b"").and_then(|member| file.write_all(&member)).map_err(io_err("write", &self.partial))?;
         }
         file.sync_all().map_err(io_err("sync", &self.partial))?;
         fs::rename(&self.partial, &self.done).map_err(io_err("rename", &self.done))?;
         Ok(self.done.clone())
     }
+}
+
+/// Compressors kept between records (a compressor's state is about 370 KB, and making one for
+/// every record cost as much CPU as compressing it): at most this many wait for reuse.
+static COMPRESSORS: std::sync::Mutex<Vec<flate2::Compress>> = std::sync::Mutex::new(Vec::new());
+const KEPT_COMPRESSORS: usize = 8;
+
+/// `data` as one gzip member (RFC 1952: the header, raw deflate, CRC-32 and length), with a
+/// compressor from [`COMPRESSORS`], returned there once reset.
+fn gzip_member(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    use flate2::{Compress, FlushCompress, Status};
+    let taken = COMPRESSORS.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    let mut c = taken.unwrap_or_else(|| Compress::new(Compression::fast(), false));
+    let mut out = Vec::with_capacity(data.len() / 2 + 64);
+    // Magic, deflate, no flags, no time, no extra flags, an unknown OS: as flate2's GzEncoder.
+    out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff]);
+    loop {
+        if out.capacity() - out.len() < 1024 {
+            out.reserve(out.capacity().max(4096));
+        }
+        let consumed = c.total_in() as usize;
+        match c.compress_vec(&data[consumed..], &mut out, FlushCompress::Finish).map_err(std::io::Error::other)? {
+            Status::StreamEnd => break,
+            Status::Ok | Status::BufError => {}
+        }
+    }
+    let mut crc = flate2::Crc::new();
+    crc.update(data);
+    out.extend_from_slice(&crc.sum().to_le_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    c.reset();
+    let mut kept = COMPRESSORS.lock().unwrap_or_else(|e| e.into_inner());
+    if kept.len() < KEPT_COMPRESSORS {
+        kept.push(c);
+    }
+    Ok(out)
 }
 
 /// Reads every record of a gzip JSON-lines file. In a partial segment (`finished` false) it
@@ -243,6 +306,14 @@ mod tests {
     #[test]
     fn a_segment_is_a_member_a_record_and_a_torn_last_member_is_a_killed_tail() {
         let dir = tempfile::tempdir().unwrap();
+        // A member is what gzip makes of the same bytes, whatever their size.
+        for size in [0usize, 10, 100_000, 3_000_000] {
+            let data: Vec<u8> = (0..size).map(|i| (i * 7919 % 251) as u8).collect();
+            let member = gzip_member(&data).unwrap();
+            let mut back = vec![];
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&member[..]), &mut back).unwrap();
+            assert_eq!(back, data, "{size} bytes");
+        }
         let empty = RawWriter::create(dir.path(), 1).unwrap().finish().unwrap();
         assert_eq!(read_segment(&empty, true).unwrap().len(), 0);
         let mut w = RawWriter::create(dir.path(), 2).unwrap();

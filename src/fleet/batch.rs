@@ -317,7 +317,12 @@ fn serve(
                     true => {
                         let next: Vec<String> =
                             to_ask.iter().filter(|n| w.has_loaded(n)).take(options.size.max(1) - 1).cloned().collect();
-                        w.previous(&org, &next, |rows, conn| crate::sync::previous_from_rows(rows, conn, &config))
+                        w.previous(
+                            &org,
+                            &next,
+                            |rows, conn| crate::sync::previous_from_rows(rows, conn, &config),
+                            |conn| crate::sync::read_previous_from(conn, &config),
+                        )
                     }
                     // Nothing loaded: no snapshot and no content cursor, as reading would find.
                     false => Ok((ExtractConfig { content_cursor: None, ..config }, None)),

@@ -227,32 +227,44 @@ impl FleetWarehouse {
     /// Runs `read` on organization `org`'s previous rows (its ledger and applications: what a
     /// sync reads before its first request) and the writer's connection. Rows not read yet are
     /// read with those of `next` (the organizations that will ask next) in one query per table,
-    /// and kept until they ask; if that read fails, `org`'s are read alone, so another
-    /// organization's damaged rows never fail it.
+    /// and kept until they ask. If that read fails, or `org`'s rows hold a value it cannot read,
+    /// `alone` reads `org`'s state through its views instead, as one organization's warehouse is
+    /// read: another organization's damaged rows never fail it, and its own fail only where
+    /// reading them alone would.
     pub fn previous<T>(
         &mut self,
         org: &str,
         next: &[String],
         read: impl FnOnce(&warehouse::PreviousRows, &Connection) -> Result<T, LoadError>,
+        alone: impl FnOnce(&Connection) -> Result<T, LoadError>,
     ) -> Result<T, LoadError> {
         if !self.previous.contains_key(org) {
             let asked: Vec<String> = std::iter::once(org.to_owned())
                 .chain(next.iter().filter(|n| *n != org && !self.previous.contains_key(*n)).cloned())
                 .collect();
-            let rows = match warehouse::previous_rows(self.conn()?, &asked) {
-                Err(e) if asked.len() > 1 => {
-                    tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the organizations' previous states together; reading them one by one");
-                    warehouse::previous_rows(self.conn()?, &asked[..1])?
+            let conn = self.conn()?;
+            let rows =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| warehouse::previous_rows(conn, &asked)))
+                    .unwrap_or_else(|panic| Err(commit::panicked("read the organizations' previous states", panic)));
+            match rows {
+                Ok(rows) => self.previous.extend(rows),
+                Err(e) => {
+                    tracing::warn!(organization = %org, error = %crate::exit::with_causes(&e), "cannot read the organizations' previous states together; reading this one's alone");
                 }
-                rows => rows?,
-            };
-            self.previous.extend(rows);
+            }
         }
-        let rows = self.previous.remove(org).unwrap_or_default();
-        let conn = self.conn()?;
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&rows, conn))).unwrap_or_else(|panic| {
-            Err(commit::panicked(&format!("read organization `{org}`'s previous state"), panic))
-        })
+        match self.previous.remove(org) {
+            // Read with the others, and readable: computed from its rows.
+            Some(rows) if !rows.damaged => {
+                let conn = self.conn()?;
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&rows, conn))).unwrap_or_else(|panic| {
+                    Err(commit::panicked(&format!("read organization `{org}`'s previous state"), panic))
+                })
+            }
+            // A damaged value, or a read of the batch that failed: the one-organization readers,
+            // through its views, read what its sync needs and name what they cannot read.
+            _ => self.with_org(org, alone),
+        }
     }
 
     /// Runs `read` on organization `org`'s rows, through the reader connection's views (the

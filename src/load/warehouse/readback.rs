@@ -178,7 +178,7 @@ pub fn scope_filter(statuses: &[String], campaign_id: Option<i64>) -> Option<Str
 /// The run the warehouse loaded last, with its `sync_scope` (an error on a warehouse older than
 /// schema version 4).
 fn last_run(conn: &Connection) -> duckdb::Result<Option<(String, Option<String>)>> {
-    conn.query_row("SELECT run_id, sync_scope FROM runs ORDER BY finished_at DESC LIMIT 1", [], |r| {
+    conn.query_row("SELECT run_id, sync_scope FROM runs ORDER BY finished_at DESC, run_id DESC LIMIT 1", [], |r| {
         Ok((r.get(0)?, r.get(1)?))
     })
     .optional()
@@ -378,6 +378,10 @@ pub fn applications_where(conn: &Connection, keep: &str) -> Result<Vec<Observati
 /// [`PreviousRows::content_cursor`]).
 #[derive(Debug, Default)]
 pub struct PreviousRows {
+    /// A row of the organization could not be read as the batch reader reads it (a damaged
+    /// value): its previous state is read by the one-organization readers instead, which read
+    /// only what its sync needs and name what they cannot read.
+    pub damaged: bool,
     /// `runs`: run id, finished at, sync mode, sync scope, report.
     runs: Vec<(String, Option<DateTime<Utc>>, Option<String>, Option<String>, Option<String>)>,
     /// `applications`: status, applied at (microseconds), id, campaign id.
@@ -402,20 +406,24 @@ pub fn previous_rows(
         &format!("SELECT organization, run_id, finished_at, sync_mode, sync_scope, report_json FROM runs WHERE organization IN ({list})"),
         [],
         |c| {
-            Ok((
-                c.get::<String>("organization")?,
-                (
+            let run = (|| {
+                Ok::<_, LoadError>((
                     c.get::<String>("run_id")?,
                     c.timestamp_opt("finished_at")?,
                     c.get::<Option<String>>("sync_mode")?,
                     c.get::<Option<String>>("sync_scope")?,
                     c.get::<Option<String>>("report_json")?,
-                ),
-            ))
+                ))
+            })();
+            Ok((c.get::<String>("organization")?, run.ok()))
         },
     )?;
     for (org, run) in runs {
-        out.entry(org).or_default().runs.push(run);
+        let rows = out.entry(org).or_default();
+        match run {
+            Some(run) => rows.runs.push(run),
+            None => rows.damaged = true,
+        }
     }
     let apps = read_rows(
         conn,
@@ -425,19 +433,23 @@ pub fn previous_rows(
         ),
         [],
         |c| {
-            Ok((
-                c.get::<String>("organization")?,
-                (
+            let app = (|| {
+                Ok::<_, LoadError>((
                     c.get::<String>("status")?,
                     c.timestamp("applied_at")?.timestamp_micros(),
                     c.get::<i64>("id")?,
                     c.get::<i64>("campaign_id")?,
-                ),
-            ))
+                ))
+            })();
+            Ok((c.get::<String>("organization")?, app.ok()))
         },
     )?;
     for (org, app) in apps {
-        out.entry(org).or_default().apps.push(app);
+        let rows = out.entry(org).or_default();
+        match app {
+            Some(app) => rows.apps.push(app),
+            None => rows.damaged = true,
+        }
     }
     Ok(out)
 }
@@ -446,8 +458,9 @@ impl PreviousRows {
     /// [`snapshot`] of these rows: the previous sync's lists for a quick sync of this scope.
     pub fn snapshot(&self, statuses: &[String], campaign_id: Option<i64>) -> Option<Snapshot> {
         let scope = sync_scope(statuses, campaign_id);
-        // The last run (by `finished_at`, a missing one last), of this scope, or no snapshot.
-        let last = self.runs.iter().max_by_key(|r| r.1.map(|t| (1, t)).unwrap_or((0, DateTime::<Utc>::MIN_UTC)))?;
+        // The last run (by `finished_at`, a missing one last, then by id, as `last_run` orders
+        // them), of this scope, or no snapshot.
+        let last = self.runs.iter().max_by_key(|r| (r.1.is_some(), r.1, &r.0))?;
         if last.3.as_deref() != Some(scope.as_str()) {
             return None;
         }
@@ -522,7 +535,12 @@ mod previous_tests {
             )
             .unwrap();
         }
-        let rows = previous_rows(&conn, &["a".into(), "b".into(), "c".into(), "none".into()]).unwrap();
+        // A damaged value marks its organization alone, for the one-organization readers.
+        conn.execute_batch("INSERT INTO applications VALUES ('d', 'accepted', 'infinity'::TIMESTAMPTZ, 9, 7);")
+            .unwrap();
+        let rows = previous_rows(&conn, &["a".into(), "b".into(), "c".into(), "none".into(), "d".into()]).unwrap();
+        assert!(rows["d"].damaged);
+        assert!(["a", "b", "c", "none"].iter().all(|o| !rows[*o].damaged));
         for org in ["a", "b", "c", "none"] {
             conn.execute_batch(&format!(
                 "CREATE OR REPLACE TEMP VIEW r AS SELECT * EXCLUDE (organization) FROM runs WHERE organization = '{org}';
