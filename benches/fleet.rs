@@ -235,7 +235,7 @@ fn main() {
                 peak = peak.max(r);
                 cpu_s = cpu_s.max(c);
             }
-            if log.is_some() && tick % 25 == 0 {
+            if log.is_some() && tick.is_multiple_of(25) {
                 for (tid, name, s) in threads_of(pid) {
                     per_thread.insert(tid, (name, s));
                 }

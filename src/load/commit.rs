@@ -216,7 +216,7 @@ pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged
         }
         Ok(Staged { files, ms: laps.lap() })
     }))
-    .unwrap_or_else(|panic| Err(panicked("stage the batch's tables", panic)))
+    .unwrap_or_else(|panic| Err(super::panicked("stage the batch's tables", panic)))
 }
 
 /// Writes a staged frame as an uncompressed Parquet file (read back at once), creating its
@@ -232,16 +232,6 @@ pub(crate) fn write_parquet(path: &Path, df: &mut polars::prelude::DataFrame) ->
         .finish(df)
         .map_err(|source| LoadError::Parquet { path: path.display().to_string(), source })?;
     Ok(())
-}
-
-/// A load step that panicked (a bug), as an error of that member or batch alone.
-pub(crate) fn panicked(what: &str, panic: Box<dyn std::any::Any + Send>) -> LoadError {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic".into());
-    LoadError::Bug(format!("{what} panicked (see the log): {message}"))
 }
 
 /// SCD2 on `application_status_history`: close the current row of every application whose

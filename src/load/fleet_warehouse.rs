@@ -245,7 +245,7 @@ impl FleetWarehouse {
             let conn = self.conn()?;
             let rows =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| warehouse::previous_rows(conn, &asked)))
-                    .unwrap_or_else(|panic| Err(commit::panicked("read the organizations' previous states", panic)));
+                    .unwrap_or_else(|panic| Err(super::panicked("read the organizations' previous states", panic)));
             match rows {
                 Ok(rows) => self.previous.extend(rows),
                 Err(e) => {
@@ -258,7 +258,7 @@ impl FleetWarehouse {
             Some(rows) if !rows.damaged => {
                 let conn = self.conn()?;
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&rows, conn))).unwrap_or_else(|panic| {
-                    Err(commit::panicked(&format!("read organization `{org}`'s previous state"), panic))
+                    Err(super::panicked(&format!("read organization `{org}`'s previous state"), panic))
                 })
             }
             // A damaged value, or a read of the batch that failed: the one-organization readers,
@@ -282,7 +282,7 @@ impl FleetWarehouse {
         let reader = self.reader()?;
         let result = match reader.execute_batch(&format!("SET VARIABLE creator_etl_org = {};", sql_literal(org))) {
             Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(reader)))
-                .unwrap_or_else(|panic| Err(commit::panicked(&format!("read organization `{org}`'s rows"), panic))),
+                .unwrap_or_else(|panic| Err(super::panicked(&format!("read organization `{org}`'s rows"), panic))),
             Err(e) => Err(LoadError::db(format!("read organization `{org}`'s rows"), e)),
         };
         // A read that failed may have left the reader in a failed transaction: it is made again.
@@ -314,7 +314,7 @@ impl FleetWarehouse {
             let result = match self.loaded.contains(&org) {
                 true => self.with_org(&org, |conn| merge(Some(conn), extracted, laps)),
                 false => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| merge(None, extracted, laps)))
-                    .unwrap_or_else(|panic| Err(commit::panicked(&format!("read organization `{org}`'s run"), panic))),
+                    .unwrap_or_else(|panic| Err(super::panicked(&format!("read organization `{org}`'s run"), panic))),
             };
             match result {
                 Ok(m) => merged.push((org, report, m)),
@@ -409,7 +409,7 @@ impl FleetWarehouse {
         }
         self.group.clear();
         let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.commit_all(&ready, staging)))
-            .unwrap_or_else(|panic| Err(commit::panicked("load the batch", panic)));
+            .unwrap_or_else(|panic| Err(super::panicked("load the batch", panic)));
         if committed.is_err() {
             // A failed statement can leave the connection unusable (DuckDB invalidates a
             // database after some errors): the next attempt reopens the file.

@@ -276,3 +276,13 @@ pub fn load_extracted(
         lake: None,
     })
 }
+
+/// A load step that panicked (a bug), as an error of that member or batch alone.
+pub(crate) fn panicked(what: &str, panic: Box<dyn std::any::Any + Send>) -> LoadError {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    LoadError::Bug(format!("{what} panicked (see the log): {message}"))
+}

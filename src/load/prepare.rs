@@ -232,9 +232,8 @@ pub(crate) fn transform_batch(batch: Vec<Merged>, cohort_edges: &[i64]) -> Vec<R
     // A panic is a bug of some member's data or of the transform: each member is then
     // transformed alone, and one that panics again fails alone.
     let caught = |what: &str, work: &mut dyn FnMut() -> Result<Vec<transform::Frames>, transform::TransformError>| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|panic| {
-            Err(transform::TransformError::Panicked(super::commit::panicked(what, panic).to_string()))
-        })
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+            .unwrap_or_else(|panic| Err(transform::TransformError::Panicked(super::panicked(what, panic).to_string())))
     };
     let together = match batch.len() > 1 {
         true => match caught("transform the batch", &mut || transform::run_batch(&inputs, cohort_edges)) {

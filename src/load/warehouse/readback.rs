@@ -382,11 +382,13 @@ pub struct PreviousRows {
     /// value): its previous state is read by the one-organization readers instead, which read
     /// only what its sync needs and name what they cannot read.
     pub damaged: bool,
-    /// `runs`: run id, finished at, sync mode, sync scope, report.
-    runs: Vec<(String, Option<DateTime<Utc>>, Option<String>, Option<String>, Option<String>)>,
+    runs: Vec<LedgerRow>,
     /// `applications`: status, applied at (microseconds), id, campaign id.
     apps: Vec<(String, i64, i64, i64)>,
 }
+
+/// A `runs` row as the batch reader keeps it: run id, finished at, sync mode, sync scope, report.
+type LedgerRow = (String, Option<DateTime<Utc>>, Option<String>, Option<String>, Option<String>);
 
 /// The previous rows of the organizations `orgs` of the fleet warehouse `conn`, with one query
 /// per table; an organization without rows gets empty ones.
