@@ -250,10 +250,16 @@ impl<'a> Run<'a> {
         // A segment whose write failed stays partial (the next run recovers it): the run's own
         // error, that write's, is the one reported.
         if let Err(e) = writer.finish() {
-            if result.is_ok() {
-                return Err(e.into());
+            match &result {
+                Ok(_) => return Err(e.into()),
+                // Logged now: on a full disk the report's own writes below may fail too, and
+                // their error would replace this one.
+                Err(crawl) => tracing::error!(
+                    error = %crate::exit::with_causes(crawl),
+                    segment = %crate::exit::with_causes(&e),
+                    "the run failed; its landing segment stays partial and the next run recovers it"
+                ),
             }
-            tracing::warn!(error = %crate::exit::with_causes(&e), "the landing segment stays partial; the next run recovers it");
         }
         let (requests, unreported) = runs::record_requests(&config.out, &spec.run_id, invocation, &client.metrics())?;
         findings.durations_ms.extract = Some(started.elapsed().as_millis() as u64);

@@ -101,7 +101,10 @@ impl RawWriter {
             // Part of the member may be in the file (a full disk): cut it off, so the segment
             // ends with its last whole record (shortening needs no space).
             self.failed = true;
-            let _ = file.set_len(self.whole);
+            if let Err(cut) = file.set_len(self.whole) {
+                // The segment stays partial: reading it stops at the torn member either way.
+                tracing::warn!(path = %self.partial.display(), error = %cut, "cannot cut a torn record off the landing segment");
+            }
             return Err(io_err("write", &self.partial)(e));
         }
         self.whole += member.len() as u64;
@@ -142,7 +145,7 @@ fn gzip_member(data: &[u8]) -> std::io::Result<Vec<u8>> {
     let taken = COMPRESSORS.lock().unwrap_or_else(|e| e.into_inner()).pop();
     let mut c = taken.unwrap_or_else(|| Compress::new(Compression::fast(), false));
     let mut out = Vec::with_capacity(data.len() / 2 + 64);
-    // Magic, deflate, no flags, no time, no extra flags, an unknown OS: as flate2's GzEncoder.
+    // Magic, deflate, no flags, no time, no extra flags, an unknown OS (RFC 1952).
     out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff]);
     loop {
         if out.capacity() - out.len() < 1024 {

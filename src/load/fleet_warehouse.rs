@@ -249,6 +249,9 @@ impl FleetWarehouse {
             match rows {
                 Ok(rows) => self.previous.extend(rows),
                 Err(e) => {
+                    // A failed statement (or a panic) can leave the connection unusable: the
+                    // next use reopens it.
+                    self.close();
                     tracing::warn!(organization = %org, error = %crate::exit::with_causes(&e), "cannot read the organizations' previous states together; reading this one's alone");
                 }
             }
@@ -263,7 +266,12 @@ impl FleetWarehouse {
             }
             // A damaged value, or a read of the batch that failed: the one-organization readers,
             // through its views, read what its sync needs and name what they cannot read.
-            _ => self.with_org(org, alone),
+            rows => {
+                if rows.is_some() {
+                    tracing::warn!(organization = %org, "a value of the organization's previous rows cannot be read together with the others'; reading them alone");
+                }
+                self.with_org(org, alone)
+            }
         }
     }
 

@@ -178,9 +178,11 @@ pub fn scope_filter(statuses: &[String], campaign_id: Option<i64>) -> Option<Str
 /// The run the warehouse loaded last, with its `sync_scope` (an error on a warehouse older than
 /// schema version 4).
 fn last_run(conn: &Connection) -> duckdb::Result<Option<(String, Option<String>)>> {
-    conn.query_row("SELECT run_id, sync_scope FROM runs ORDER BY finished_at DESC, run_id DESC LIMIT 1", [], |r| {
-        Ok((r.get(0)?, r.get(1)?))
-    })
+    conn.query_row(
+        "SELECT run_id, sync_scope FROM runs ORDER BY finished_at DESC NULLS LAST, run_id DESC LIMIT 1",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
     .optional()
 }
 
