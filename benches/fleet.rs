@@ -37,44 +37,35 @@ use creator_etl::api::{ApiKey, ApplicationsQuery, Client, ClientConfig, PacingCo
 use creator_etl::emulator::{org_key, Emulator, EmulatorConfig};
 use creator_etl::extract::landing::windows;
 
+/// The CPU seconds (user and system) a `/proc/…/stat` line records, after the `(name)`.
+fn stat_cpu(after_name: &str) -> Option<f64> {
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    Some((fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?) / 100.0)
+}
+
 /// Peak RSS (MB) and CPU seconds of a running process, from /proc.
 fn sample(pid: u32) -> Option<(f64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let hwm = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse::<f64>().ok()?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some((hwm / 1024.0, ticks / 100.0))
+    Some((hwm / 1024.0, stat_cpu(stat.rsplit_once(')')?.1)?))
 }
 
-/// CPU seconds of process `pid`'s threads, by thread id: (name, seconds).
-fn threads_of(pid: u32) -> Vec<(u32, String, f64)> {
+/// CPU seconds of process `pid`'s threads (`self` for this one): (thread id, name, seconds).
+fn threads_of(pid: &str) -> Vec<(u32, String, f64)> {
     let mut out = vec![];
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
         let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
         let Some((head, rest)) = stat.rsplit_once(')') else { continue };
         let Some((tid, name)) = head.split_once(" (") else { continue };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        out.push((tid.trim().parse().unwrap_or(0), name.to_owned(), (ticks(11) + ticks(12)) / 100.0));
+        out.push((tid.trim().parse().unwrap_or(0), name.to_owned(), stat_cpu(rest).unwrap_or(0.0)));
     }
     out
 }
 
 /// CPU seconds of this process's threads whose name starts with `prefix`, from /proc.
 fn threads_cpu(prefix: &str) -> f64 {
-    let mut total = 0.0;
-    for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
-        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
-        if !head.split_once('(').is_some_and(|(_, name)| name.starts_with(prefix)) {
-            continue;
-        }
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        total += (ticks(11) + ticks(12)) / 100.0;
-    }
-    total
+    threads_of("self").into_iter().filter(|(_, name, _)| name.starts_with(prefix)).map(|(.., s)| s).sum()
 }
 
 /// One organization's full sync with nothing kept: every status's pages, then the statistics
@@ -236,7 +227,7 @@ fn main() {
                 cpu_s = cpu_s.max(c);
             }
             if log.is_some() && tick.is_multiple_of(25) {
-                for (tid, name, s) in threads_of(pid) {
+                for (tid, name, s) in threads_of(&pid.to_string()) {
                     per_thread.insert(tid, (name, s));
                 }
             }

@@ -4,14 +4,13 @@
 //!
 //! A fleet warehouse's tables are written in *segments*: files `seg-<label>.parquet`, each with
 //! the rows of at most [`SEGMENT_ORGANIZATIONS`] organizations, ordered by `organization` then
-//! the key, `organization` (and
-//! for the year-partitioned tables `year`) a column of the files, so a reader sees the same
-//! columns as before and a filter on `organization` skips the other organizations' row groups. A
-//! publish writes new segments of a table for the organizations loaded since the last publish and
-//! the others that shared a segment with one of them, and hard-links every other segment from
-//! the current version: a publish costs what changed, and at most a segment's worth more for
-//! each changed organization. DuckDB's partitioned writer, a folder per
-//! organization before, cost about 3 ms of CPU a file (5 s or more for a thousand
+//! the key, `organization` (and for the year-partitioned tables `year`) a column of the files,
+//! so a reader sees the same columns as before and a filter on `organization` skips the other
+//! organizations' row groups. A publish writes new segments of a table for the organizations
+//! loaded since the last publish and the others that shared a segment with one of them, and
+//! hard-links every other segment from the current version: a publish costs what changed, and
+//! at most a segment's worth more for each changed organization. DuckDB's partitioned writer, a
+//! folder per organization before, cost about 3 ms of CPU a file (5 s or more for a thousand
 //! organizations); one file costs a tenth of that.
 //!
 //! Each export goes to a fresh version directory, then the table's path, a symlink, is switched
@@ -62,9 +61,11 @@ pub(crate) enum Export<'a> {
     Segments { dirty: &'a std::collections::BTreeSet<String>, segments: &'a mut Segments },
 }
 
-/// The organizations of each segment file of each table's current version.
-pub type Segments =
-    std::collections::BTreeMap<String, std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>;
+/// The organizations of each segment file of a version of a table.
+pub type Members = std::collections::BTreeMap<String, std::collections::BTreeSet<String>>;
+
+/// The [`Members`] of each table's current version.
+pub type Segments = std::collections::BTreeMap<String, Members>;
 
 /// The name of a segment file of an export labelled `label`.
 fn segment_file(label: &str) -> String {
@@ -79,10 +80,7 @@ fn is_segment(name: &str) -> bool {
 /// The organizations of each segment of the version `dir`, read from the files (their
 /// `organization` column only). `None` when `dir` is not a version in segments (none yet, or the
 /// layout of an older creator-etl: a folder per organization).
-fn read_segments(
-    conn: &duckdb::Connection,
-    dir: &Path,
-) -> Result<Option<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>, LoadError> {
+fn read_segments(conn: &duckdb::Connection, dir: &Path) -> Result<Option<Members>, LoadError> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Ok(None) };
     let mut files = vec![];
     for e in entries.flatten() {
@@ -95,8 +93,7 @@ fn read_segments(
         }
         files.push(name);
     }
-    let mut segments: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
-        files.iter().map(|f| (f.clone(), Default::default())).collect();
+    let mut segments: Members = files.iter().map(|f| (f.clone(), Default::default())).collect();
     if files.is_empty() {
         return Ok(Some(segments));
     }
@@ -213,11 +210,11 @@ fn export_segments(
     label: &str,
     dirty: &std::collections::BTreeSet<String>,
     current: Option<&Path>,
-    known: Option<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>,
-) -> Result<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>, LoadError> {
+    known: Option<Members>,
+) -> Result<Members, LoadError> {
     let table = t.name;
     std::fs::create_dir_all(version).map_err(io_err("create", version))?;
-    let mut kept = std::collections::BTreeMap::new();
+    let mut kept = Members::new();
     // The organizations to write: `None`, every one of the table.
     let mut rewrite: Option<std::collections::BTreeSet<String>> = None;
     if let (Some(known), Some(current)) = (known, current) {
