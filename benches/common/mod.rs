@@ -33,6 +33,15 @@ pub fn peak_rss_mb() -> f64 {
         / 1024.0
 }
 
+/// CPU seconds this process has used (user and system, its children not included).
+pub fn process_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    // After the command name: state is field 0, utime 11 and stime 12, in clock ticks.
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// Resets the peak RSS to the current RSS, so that the next reading measures one step.
 pub fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");

@@ -1,14 +1,20 @@
 //! The requests of an extract: pages of applications per status and pass, and content windows.
 //! Every response is landed and fed to the [`Landing`] before the next decision is made.
 
+use std::sync::Arc;
+
 use chrono::NaiveDate;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::landing::{validate_content, Landing};
 use super::raw::{RawRecord, RawWriter};
 use super::ExtractError;
-use crate::api::models::{ApplicationStatus, ApplicationsPage, Content24hResponse};
+use crate::api::models::ApplicationStatus;
 use crate::api::{ApplicationsQuery, Client, Fetched, CONTENT_LIMIT_ALL};
 use crate::progress::Progress;
 
@@ -69,23 +75,14 @@ impl Crawl<'_> {
         ApplicationsQuery { campaign_id: self.campaign_id, ..ApplicationsQuery::page(status.clone(), page) }
     }
 
-    /// Fetches and lands page 1 of a pass unless it is landed already.
-    pub async fn first_page(&mut self, status: &ApplicationStatus, pass: u32) -> Result<(), ExtractError> {
-        if self.landing.page(status.as_str(), pass, 1).is_some() {
-            return Ok(());
-        }
-        let q = self.query(status, 1);
-        let fetched = tokio::select! {
-            r = self.client.list_applications(&q) => r.map_err(|e| ExtractError::api(format!("applications `{status}` page 1"), e))?,
-            _ = self.stop.cancelled() => return Err(ExtractError::Interrupted),
-        };
-        self.land(&fetched, Some(pass), None, None)?;
-        self.progress.set(
-            &format!("{status} pages"),
-            self.landed_pages(status, pass),
-            fetched.value.meta.page_count.max(1),
-        );
-        Ok(())
+    /// Fetches and lands page 1 of a pass of each status, those not landed yet, all at once.
+    pub async fn first_pages(&mut self, wanted: &[(ApplicationStatus, u32)]) -> Result<(), ExtractError> {
+        let missing: Vec<(ApplicationStatus, u64, u32)> = wanted
+            .iter()
+            .filter(|(status, pass)| self.landing.page(status.as_str(), *pass, 1).is_none())
+            .map(|(status, pass)| (status.clone(), 1, *pass))
+            .collect();
+        self.pages(missing).await
     }
 
     fn landed_pages(&self, status: &ApplicationStatus, pass: u32) -> u64 {
@@ -98,17 +95,9 @@ impl Crawl<'_> {
     pub async fn status(&mut self, status: &ApplicationStatus, max_passes: u32) -> Result<StatusOutcome, ExtractError> {
         let mut pass = self.landing.last_pass(status.as_str()).unwrap_or(1);
         loop {
-            self.first_page(status, pass).await?;
-            let page_count = self.landing.page_count(status.as_str(), pass);
-            let mut missing: Vec<u64> =
-                (2..=page_count).filter(|p| self.landing.page(status.as_str(), pass, *p).is_none()).collect();
-            // Alternate direction: a forward pass can miss rows that rows leaving the status pull
-            // up; a backward pass can miss rows that new rows push down. Together they cover both.
-            if pass.is_multiple_of(2) {
-                missing.reverse();
-            }
-            self.progress.set(&format!("{status} pages"), self.landed_pages(status, pass), page_count.max(1));
-            self.pages(missing.into_iter().map(|p| (status.clone(), p)).collect(), pass).await?;
+            self.first_pages(&[(status.clone(), pass)]).await?;
+            let missing = self.missing_pages(status, pass);
+            self.pages(missing).await?;
             let check = self.landing.pass_check(status.as_str(), pass);
             let (seen, row_count) = (check.seen, check.row_count);
             if seen == row_count && !check.count_moved {
@@ -129,36 +118,58 @@ impl Crawl<'_> {
         }
     }
 
-    /// Fetches and lands pages of one pass, up to `concurrency` at once, in any order.
-    pub async fn pages(&mut self, wanted: Vec<(ApplicationStatus, u64)>, pass: u32) -> Result<(), ExtractError> {
-        let client = self.client.clone();
-        let queries: Vec<(ApplicationStatus, u64, ApplicationsQuery)> = wanted
+    /// The pages a status's pass still lacks, page 1 landed: in the pass's direction (see
+    /// [`Crawl::status`]).
+    pub fn missing_pages(&self, status: &ApplicationStatus, pass: u32) -> Vec<(ApplicationStatus, u64, u32)> {
+        let page_count = self.landing.page_count(status.as_str(), pass);
+        let mut missing: Vec<u64> =
+            (2..=page_count).filter(|p| self.landing.page(status.as_str(), pass, *p).is_none()).collect();
+        // Alternate direction: a forward pass can miss rows that rows leaving the status pull
+        // up; a backward pass can miss rows that new rows push down. Together they cover both.
+        if pass.is_multiple_of(2) {
+            missing.reverse();
+        }
+        self.progress.set(&format!("{status} pages"), self.landed_pages(status, pass), page_count.max(1));
+        missing.into_iter().map(|p| (status.clone(), p, pass)).collect()
+    }
+
+    /// Fetches and lands pages, each `(status, page, pass)`, up to `concurrency` at once, in any
+    /// order.
+    pub async fn pages(&mut self, wanted: Vec<(ApplicationStatus, u64, u32)>) -> Result<(), ExtractError> {
+        let jobs: Vec<BoxFuture<_>> = wanted
             .into_iter()
-            .map(|(s, p)| {
-                let q = self.query(&s, p);
-                (s, p, q)
+            .map(|(s, p, pass)| {
+                let (client, q) = (self.client.clone(), self.query(&s, p));
+                async move {
+                    let r = client.list_applications(&q).await;
+                    (s, p, pass, r)
+                }
+                .boxed()
             })
             .collect();
-        let mut pages = futures_util::stream::iter(queries)
-            .map(|(s, p, q)| {
-                let client = client.clone();
-                async move { (s, p, client.list_applications(&q).await) }.boxed()
-            })
-            .buffer_unordered(self.concurrency.max(1));
-        loop {
-            type Answer = (ApplicationStatus, u64, Result<Fetched<ApplicationsPage>, crate::api::ApiError>);
-            let next: Option<Answer> = tokio::select! {
-                n = pages.next() => n,
-                _ = self.stop.cancelled() => return Err(ExtractError::Interrupted),
+        let total = jobs.len();
+        let mut answers = Ahead::start(jobs, self.concurrency, self.stop.clone());
+        let (mut answered, mut stopped) = (0, None);
+        while let Some(((status, page, pass, result), _slot)) = answers.next().await {
+            answered += 1;
+            let fetched = match result {
+                Ok(fetched) => fetched,
+                Err(e) => {
+                    unless_ending(ExtractError::api(format!("applications `{status}` page {page}"), e), &mut stopped)?;
+                    continue;
+                }
             };
-            let Some((status, page, result)) = next else { break };
-            let fetched = result.map_err(|e| ExtractError::api(format!("applications `{status}` page {page}"), e))?;
             let rows = fetched.value.data.len();
             self.land(&fetched, Some(pass), None, None)?;
-            let note = format!("{rows} rows, {} retries", self.client.metrics().retries);
-            self.progress.inc(&format!("{status} pages"), &note);
+            let bar = format!("{status} pages");
+            if page == 1 {
+                let page_count = fetched.value.meta.page_count.max(1);
+                self.progress.set(&bar, self.landed_pages(&status, pass), page_count);
+            } else {
+                self.progress.inc(&bar, &format!("{rows} rows, {} retries", self.client.metrics().retries));
+            }
         }
-        Ok(())
+        ended(stopped, answered, total)
     }
 
     /// Fetches every window not landed yet, validating each; a window that stays truncated
@@ -167,10 +178,10 @@ impl Crawl<'_> {
         let missing: Vec<(NaiveDate, NaiveDate)> =
             windows.iter().copied().filter(|w| !self.landing.windows.contains_key(w)).collect();
         self.progress.set("content windows", (windows.len() - missing.len()) as u64, windows.len() as u64);
-        let client = self.client.clone();
-        let mut answers = futures_util::stream::iter(missing)
+        let jobs: Vec<BoxFuture<_>> = missing
+            .into_iter()
             .map(|w| {
-                let client = client.clone();
+                let client = self.client.clone();
                 async move {
                     let mut tries = vec![];
                     for _ in 0..CONTENT_TRIES {
@@ -190,19 +201,12 @@ impl Crawl<'_> {
                 }
                 .boxed()
             })
-            .buffer_unordered(self.concurrency.max(1));
-        let mut retried = 0;
-        loop {
-            type Answer = (
-                (NaiveDate, NaiveDate),
-                Vec<(Fetched<Content24hResponse>, Result<(), String>)>,
-                Option<crate::api::ApiError>,
-            );
-            let next: Option<Answer> = tokio::select! {
-                n = answers.next() => n,
-                _ = self.stop.cancelled() => return Err(ExtractError::Interrupted),
-            };
-            let Some((w, tries, error)) = next else { break };
+            .collect();
+        let total = jobs.len();
+        let mut answers = Ahead::start(jobs, self.concurrency, self.stop.clone());
+        let (mut retried, mut answered, mut stopped) = (0, 0, None);
+        while let Some(((w, tries, error), _slot)) = answers.next().await {
+            answered += 1;
             let mut last_problem = None;
             for (f, verdict) in &tries {
                 let problem = verdict.clone().err();
@@ -214,13 +218,108 @@ impl Crawl<'_> {
             }
             retried += tries.len().saturating_sub(1) as u64;
             if let Some(e) = error {
-                return Err(ExtractError::api(format!("content {}..{}", w.0, w.1), e));
+                unless_ending(ExtractError::api(format!("content {}..{}", w.0, w.1), e), &mut stopped)?;
+                continue;
             }
             if let Some(problem) = last_problem {
                 return Err(ExtractError::Truncated { start: w.0, end: w.1, tries: CONTENT_TRIES, problem });
             }
             self.progress.inc("content windows", "");
         }
+        ended(stopped, answered, total)?;
         Ok(retried)
+    }
+}
+
+/// Requests run on a task of their own, so that they make progress while the crawl lands an
+/// answer, and a new one starts as soon as a slot is free. A slot is held from a request's start
+/// until its answer is landed (the crawl drops the [`Slot`] after landing): at most `limit`
+/// requests are in flight or answered and not yet landed, so a killed process loses at most
+/// `limit` answers, as the raw landing promises. Answers come in the order they finish. Once
+/// `stop` is raised (which the client raises after its requests in flight have answered, see
+/// [`Client::stop_after_in_flight`]) no further job starts, and every answer that came is handed
+/// over before the channel closes. Dropping it (a failed answer) drops the requests in flight.
+struct Ahead<T> {
+    answers: mpsc::Receiver<(T, Slot)>,
+    task: JoinHandle<()>,
+}
+
+/// A request's place in the in-flight limit, held until its answer is landed.
+type Slot = tokio::sync::OwnedSemaphorePermit;
+
+impl<T: Send + 'static> Ahead<T> {
+    fn start(jobs: Vec<BoxFuture<'static, T>>, limit: usize, stop: CancellationToken) -> Self {
+        let limit = limit.max(1);
+        // Every answer waiting holds a slot: the channel never holds more than `limit`.
+        let (tx, answers) = mpsc::channel(limit);
+        let task = tokio::spawn(async move {
+            let slots = Arc::new(Semaphore::new(limit));
+            let mut jobs = jobs.into_iter().peekable();
+            let mut running = FuturesUnordered::new();
+            loop {
+                let more = jobs.peek().is_some() && !stop.is_cancelled();
+                if !more && running.is_empty() {
+                    break;
+                }
+                tokio::select! {
+                    slot = slots.clone().acquire_owned(), if more => {
+                        let (Ok(slot), Some(job)) = (slot, jobs.next()) else { break };
+                        running.push(job.map(|answer| (answer, slot)));
+                    }
+                    Some(answer) = running.next(), if !running.is_empty() => {
+                        if tx.send(answer).await.is_err() {
+                            break;
+                        }
+                    }
+                    // Look at `more` again: no job starts after a stop.
+                    _ = stop.cancelled(), if more => {}
+                }
+            }
+        });
+        Ahead { answers, task }
+    }
+
+    /// The next answer with its slot (drop it once the answer is landed), or `None` once every
+    /// job started has answered.
+    async fn next(&mut self) -> Option<(T, Slot)> {
+        let next = self.answers.recv().await;
+        if next.is_none() {
+            // The task ends early only by a panic in a request: raise it here, where it would
+            // have been raised before, rather than read the missing answers as none.
+            if let Err(e) = (&mut self.task).await {
+                if e.is_panic() {
+                    std::panic::resume_unwind(e.into_panic());
+                }
+            }
+        }
+        next
+    }
+}
+
+impl<T> Drop for Ahead<T> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A failed request's error, unless it is a stop or a spent budget: those end the crawl once
+/// the answers already on their way are landed, so they are kept in `ended` instead.
+fn unless_ending(e: ExtractError, ended: &mut Option<ExtractError>) -> Result<(), ExtractError> {
+    match e {
+        ExtractError::Interrupted | ExtractError::BudgetSpent { .. } => {
+            ended.get_or_insert(e);
+            Ok(())
+        }
+        e => Err(e),
+    }
+}
+
+/// How a crawl step ends once its answers are landed: the stop or spent budget an answer met;
+/// else an interruption when a stop kept some job from starting.
+fn ended(ended: Option<ExtractError>, answered: usize, jobs: usize) -> Result<(), ExtractError> {
+    match ended {
+        Some(e) => Err(e),
+        None if answered < jobs => Err(ExtractError::Interrupted),
+        None => Ok(()),
     }
 }

@@ -164,9 +164,9 @@ impl<'a> Run<'a> {
         self.applications_started = Instant::now();
         let config = self.config;
         let mut crawl = self.crawler();
-        for status in &config.statuses {
-            crawl.first_page(status, crawl.landing.last_pass(status.as_str()).unwrap_or(1)).await?;
-        }
+        let passes: Vec<(ApplicationStatus, u32)> =
+            config.statuses.iter().map(|s| (s.clone(), crawl.landing.last_pass(s.as_str()).unwrap_or(1))).collect();
+        crawl.first_pages(&passes).await?;
         if self.spec.sync == SyncMode::Quick && self.config.sync == SyncMode::Auto {
             if let Some(why) = self.snapshot.and_then(|snap| plan::too_many_changes(self.config, snap, &self.landing)) {
                 self.reason = why;
@@ -197,6 +197,14 @@ impl<'a> Run<'a> {
             }
             let unread: Vec<&ApplicationStatus> =
                 config.statuses.iter().filter(|s| !findings.outcomes.contains_key(s.as_str())).collect();
+            // The current pass of every unread status in one stream of requests, so the in-flight
+            // limit stays full across statuses; then each status is checked, and crawled again
+            // while it has not converged.
+            let passes: Vec<(ApplicationStatus, u32)> =
+                unread.iter().map(|s| ((*s).clone(), crawl.landing.last_pass(s.as_str()).unwrap_or(1))).collect();
+            crawl.first_pages(&passes).await?;
+            let wanted = passes.iter().flat_map(|(status, pass)| crawl.missing_pages(status, *pass)).collect();
+            crawl.pages(wanted).await?;
             for status in unread {
                 let outcome = crawl.status(status, spec.max_passes).await?;
                 if !outcome.converged {
@@ -306,13 +314,13 @@ async fn locate_changes(
                 let mut wanted = vec![];
                 for (s, p) in pages {
                     if asked.insert((s.clone(), p)) {
-                        wanted.push((ApplicationStatus::parse(&s), p));
+                        wanted.push((ApplicationStatus::parse(&s), p, 1));
                     } else {
                         // Asked and answered, yet not landed as a page: read the status in full.
                         findings.read_in_full.insert(s.clone(), format!("page {p} could not be read as a page"));
                     }
                 }
-                crawl.pages(wanted, 1).await?;
+                crawl.pages(wanted).await?;
             }
             quick::Round::ReadInFull(list) => {
                 for (s, why) in list {

@@ -462,3 +462,46 @@ fn a_run_killed_before_its_spec_was_written_leaves_nothing_behind() {
     assert!(!dead.exists(), "the unstarted run's directory is removed");
     assert!(the_run(&out).complete);
 }
+
+/// With no spacing the in-flight limit stays full (issue 35): page 1 of every status goes out
+/// at once, and the statuses' other pages are one stream of requests, so no status waits for
+/// another's last answers before its own pages start.
+#[test]
+fn the_in_flight_limit_stays_full_across_statuses() {
+    let mut cfg = EmulatorConfig::for_tests(3000);
+    // Long enough that the answers, not their landing (a few ms each in a debug build), bound
+    // the crawl.
+    cfg.latency = Duration::from_millis(150);
+    let emu = TestEmu::start(cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = extract(&emu, &out, &["--concurrency", "4", "--since-days", "30"]);
+    assert_exit(&[], &o, 0);
+    let pages: Vec<_> = emu.state.requests().into_iter().filter(|r| r.route.contains("campaign_applications")).collect();
+    let param = |q: &str, name: &str| {
+        q.split('&').find_map(|kv| kv.strip_prefix(&format!("{name}="))).unwrap_or_default().to_owned()
+    };
+    // The most requests in flight at once among page 1 of the six statuses.
+    let firsts: Vec<_> = pages.iter().filter(|r| param(&r.query, "page") == "1").collect();
+    assert_eq!(firsts.len(), 6, "page 1 of every status, once");
+    let overlap = |of: &[&creator_etl::emulator::RequestRecord]| {
+        of.iter()
+            .map(|r| of.iter().filter(|o| o.at_ms <= r.at_ms && o.done_ms.unwrap() > r.at_ms).count())
+            .max()
+            .unwrap()
+    };
+    assert_eq!(overlap(&firsts), 4, "the first pages fill the limit of 4");
+    // The other pages go out in waves of 4 (each answered after the same latency): one stream
+    // across the statuses takes ceil(pages / 4) waves, where a status at a time would take
+    // ceil(pages / 4) per status.
+    let mut rest: Vec<f64> = pages.iter().filter(|r| param(&r.query, "page") != "1").map(|r| r.at_ms).collect();
+    rest.sort_by(f64::total_cmp);
+    let waves = 1 + rest.windows(2).filter(|w| w[1] - w[0] > 75.0).count();
+    let mut per_status: HashMap<String, usize> = HashMap::new();
+    for r in pages.iter().filter(|r| param(&r.query, "page") != "1") {
+        *per_status.entry(param(&r.query, "status")).or_default() += 1;
+    }
+    let one_at_a_time: usize = per_status.values().map(|n| n.div_ceil(4)).sum();
+    assert!(rest.len().div_ceil(4) < one_at_a_time, "the statuses' pages fill partial waves: {per_status:?}");
+    assert!(waves <= rest.len().div_ceil(4) + 1, "{waves} waves for {} pages: {per_status:?}", rest.len());
+}
