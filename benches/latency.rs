@@ -68,15 +68,18 @@ impl Server {
 fn application(status: &str, status_index: u64, i: u64) -> Value {
     let id = 10_000_000 - status_index * 1_000_000 - i;
     let applied = Utc::now() - chrono::Duration::minutes(i as i64 * 7 + status_index as i64);
+    let source = SOURCES[(id % 3) as usize];
+    // Marketplace applicants: first name only, and no email.
+    let marketplace = source == "marketplace";
     json!({
         "id": id,
         "status": status,
         "campaign_id": 100 + id % 7,
         "campaign_name": format!("Campaign {}", id % 7),
         "user_id": 500_000 + id,
-        "creator_name": format!("Creator {id}"),
-        "email": if id % 3 == 0 { Value::Null } else { json!(format!("creator{id}@example.com")) },
-        "signup_source": SOURCES[(id % 3) as usize],
+        "creator_name": if marketplace { format!("Creator{id}") } else { format!("Creator{id} Surname") },
+        "email": if marketplace { Value::Null } else { json!(format!("creator{id}@example.com")) },
+        "signup_source": source,
         "connected_accounts": [{
             "id": 900_000 + id,
             "provider": "tik_tok",
@@ -87,7 +90,10 @@ fn application(status: &str, status_index: u64, i: u64) -> Value {
     })
 }
 
-async fn list_applications(State(s): State<Arc<Server>>, Query(q): Query<BTreeMap<String, String>>) -> impl IntoResponse {
+async fn list_applications(
+    State(s): State<Arc<Server>>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> impl IntoResponse {
     let at_ms = s.ms();
     tokio::time::sleep(s.latency).await;
     let status = q.get("status").map_or("pending", String::as_str);
@@ -98,8 +104,7 @@ async fn list_applications(State(s): State<Arc<Server>>, Query(q): Query<BTreeMa
     };
     let rows = s.counts[status];
     let first = (page - 1) * per_page;
-    let data: Vec<Value> =
-        (first..rows.min(first + per_page)).map(|i| application(status, index as u64, i)).collect();
+    let data: Vec<Value> = (first..rows.min(first + per_page)).map(|i| application(status, index as u64, i)).collect();
     let body = json!({
         "data": data,
         "meta": {"row_count": rows, "page_count": rows.div_ceil(per_page), "current_page": page, "per_page": per_page},
@@ -257,7 +262,11 @@ fn sample(seen: &[Seen], wall_s: f64) -> Sample {
         }
     }
     let first_pages_end = firsts.values().map(|r| r.done_ms).fold(0.0, f64::max);
-    phases.push(("page 1 of every status".to_owned(), first_pages_end - first, in_flight(seen, first, first_pages_end)));
+    phases.push((
+        "page 1 of every status".to_owned(),
+        first_pages_end - first,
+        in_flight(seen, first, first_pages_end),
+    ));
     let mut kinds: Vec<&str> = STATUSES.iter().map(|(s, _)| *s).collect();
     kinds.push("content");
     for kind in kinds {

@@ -413,6 +413,14 @@ impl Client {
                         error = %why,
                         "retrying"
                     );
+                    // The retry would be refused by a spent budget: it fails now, not after a
+                    // backoff that may last until a 429's reset.
+                    if let Some((max, used)) = &inner.budget {
+                        if used.load(Ordering::SeqCst) >= *max {
+                            let spent = ApiError::BudgetSpent { url: shown.clone(), max: *max };
+                            return Attempts { result: Err(self.after_in_flight(spent).await), lost };
+                        }
+                    }
                     inner.metrics.retry(sleep);
                     if let Err(e) = self.interruptible(tokio::time::sleep(sleep), &shown).await {
                         return Attempts { result: Err(self.after_in_flight(e).await), lost };

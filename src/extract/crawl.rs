@@ -149,13 +149,13 @@ impl Crawl<'_> {
             .collect();
         let total = jobs.len();
         let mut answers = Ahead::start(jobs, self.concurrency, self.stop.clone());
-        let (mut answered, mut stopped) = (0, None);
-        while let Some(((status, page, pass, result), _slot)) = answers.next().await {
-            answered += 1;
+        let mut ending = Ending::default();
+        while let Some(((status, page, pass, result), _slot)) = answers.next(&ending).await {
+            ending.answered += 1;
             let fetched = match result {
                 Ok(fetched) => fetched,
                 Err(e) => {
-                    unless_ending(ExtractError::api(format!("applications `{status}` page {page}"), e), &mut stopped)?;
+                    ending.error(ExtractError::api(format!("applications `{status}` page {page}"), e));
                     continue;
                 }
             };
@@ -169,7 +169,7 @@ impl Crawl<'_> {
                 self.progress.inc(&bar, &format!("{rows} rows, {} retries", self.client.metrics().retries));
             }
         }
-        ended(stopped, answered, total)
+        ending.end(total)
     }
 
     /// Fetches every window not landed yet, validating each; a window that stays truncated
@@ -204,9 +204,9 @@ impl Crawl<'_> {
             .collect();
         let total = jobs.len();
         let mut answers = Ahead::start(jobs, self.concurrency, self.stop.clone());
-        let (mut retried, mut answered, mut stopped) = (0, 0, None);
-        while let Some(((w, tries, error), _slot)) = answers.next().await {
-            answered += 1;
+        let (mut retried, mut ending) = (0, Ending::default());
+        while let Some(((w, tries, error), _slot)) = answers.next(&ending).await {
+            ending.answered += 1;
             let mut last_problem = None;
             for (f, verdict) in &tries {
                 let problem = verdict.clone().err();
@@ -218,15 +218,16 @@ impl Crawl<'_> {
             }
             retried += tries.len().saturating_sub(1) as u64;
             if let Some(e) = error {
-                unless_ending(ExtractError::api(format!("content {}..{}", w.0, w.1), e), &mut stopped)?;
+                ending.error(ExtractError::api(format!("content {}..{}", w.0, w.1), e));
                 continue;
             }
             if let Some(problem) = last_problem {
-                return Err(ExtractError::Truncated { start: w.0, end: w.1, tries: CONTENT_TRIES, problem });
+                ending.error(ExtractError::Truncated { start: w.0, end: w.1, tries: CONTENT_TRIES, problem });
+                continue;
             }
             self.progress.inc("content windows", "");
         }
-        ended(stopped, answered, total)?;
+        ending.end(total)?;
         Ok(retried)
     }
 }
@@ -234,8 +235,8 @@ impl Crawl<'_> {
 /// Requests run on a task of their own, so that they make progress while the crawl lands an
 /// answer, and a new one starts as soon as a slot is free. A slot is held from a request's start
 /// until its answer is landed (the crawl drops the [`Slot`] after landing): at most `limit`
-/// requests are in flight or answered and not yet landed, so a killed process loses at most
-/// `limit` answers, as the raw landing promises. Answers come in the order they finish. Once
+/// jobs are in flight or answered and not yet landed, so a killed process loses at most the
+/// answers of `limit` jobs (a content window's job keeps its refused answers until its last try). Answers come in the order they finish. Once
 /// `stop` is raised (which the client raises after its requests in flight have answered, see
 /// [`Client::stop_after_in_flight`]) no further job starts, and every answer that came is handed
 /// over before the channel closes. Dropping it (a failed answer) drops the requests in flight.
@@ -280,8 +281,11 @@ impl<T: Send + 'static> Ahead<T> {
     }
 
     /// The next answer with its slot (drop it once the answer is landed), or `None` once every
-    /// job started has answered.
-    async fn next(&mut self) -> Option<(T, Slot)> {
+    /// job started has answered; once the step is failing, only the answers already here.
+    async fn next(&mut self, ending: &Ending) -> Option<(T, Slot)> {
+        if ending.failed.is_some() {
+            return self.answers.try_recv().ok();
+        }
         let next = self.answers.recv().await;
         if next.is_none() {
             // The task ends early only by a panic in a request: raise it here, where it would
@@ -302,24 +306,34 @@ impl<T> Drop for Ahead<T> {
     }
 }
 
-/// A failed request's error, unless it is a stop or a spent budget: those end the crawl once
-/// the answers already on their way are landed, so they are kept in `ended` instead.
-fn unless_ending(e: ExtractError, ended: &mut Option<ExtractError>) -> Result<(), ExtractError> {
-    match e {
-        ExtractError::Interrupted | ExtractError::BudgetSpent { .. } => {
-            ended.get_or_insert(e);
-            Ok(())
-        }
-        e => Err(e),
-    }
+/// How a crawl step is ending, from its answers so far.
+#[derive(Default)]
+struct Ending {
+    answered: usize,
+    /// A stop or a spent budget an answer met: the answers still on their way come, and are
+    /// landed. The client lets no new request out (a stop also ends its waits for the pacer and
+    /// between retries; a retry that a spent budget would refuse fails without its wait), and
+    /// requests that passed the budget before it was spent are sent and answered.
+    stopped: Option<ExtractError>,
+    /// Any other error: the step ends once the answers already here are landed.
+    failed: Option<ExtractError>,
 }
 
-/// How a crawl step ends once its answers are landed: the stop or spent budget an answer met;
-/// else an interruption when a stop kept some job from starting.
-fn ended(ended: Option<ExtractError>, answered: usize, jobs: usize) -> Result<(), ExtractError> {
-    match ended {
-        Some(e) => Err(e),
-        None if answered < jobs => Err(ExtractError::Interrupted),
-        None => Ok(()),
+impl Ending {
+    fn error(&mut self, e: ExtractError) {
+        match e {
+            ExtractError::Interrupted | ExtractError::BudgetSpent { .. } => self.stopped.get_or_insert(e),
+            e => self.failed.get_or_insert(e),
+        };
+    }
+
+    /// The step's error, if any; else an interruption when a stop kept some of its `jobs` from
+    /// starting.
+    fn end(self, jobs: usize) -> Result<(), ExtractError> {
+        match (self.failed, self.stopped) {
+            (Some(e), _) | (None, Some(e)) => Err(e),
+            (None, None) if self.answered < jobs => Err(ExtractError::Interrupted),
+            (None, None) => Ok(()),
+        }
     }
 }

@@ -471,13 +471,14 @@ fn the_in_flight_limit_stays_full_across_statuses() {
     let mut cfg = EmulatorConfig::for_tests(3000);
     // Long enough that the answers, not their landing (a few ms each in a debug build), bound
     // the crawl.
-    cfg.latency = Duration::from_millis(150);
+    cfg.latency = Duration::from_millis(250);
     let emu = TestEmu::start(cfg);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let o = extract(&emu, &out, &["--concurrency", "4", "--since-days", "30"]);
     assert_exit(&[], &o, 0);
-    let pages: Vec<_> = emu.state.requests().into_iter().filter(|r| r.route.contains("campaign_applications")).collect();
+    let pages: Vec<_> =
+        emu.state.requests().into_iter().filter(|r| r.route.contains("campaign_applications")).collect();
     let param = |q: &str, name: &str| {
         q.split('&').find_map(|kv| kv.strip_prefix(&format!("{name}="))).unwrap_or_default().to_owned()
     };
@@ -496,12 +497,14 @@ fn the_in_flight_limit_stays_full_across_statuses() {
     // ceil(pages / 4) per status.
     let mut rest: Vec<f64> = pages.iter().filter(|r| param(&r.query, "page") != "1").map(|r| r.at_ms).collect();
     rest.sort_by(f64::total_cmp);
-    let waves = 1 + rest.windows(2).filter(|w| w[1] - w[0] > 75.0).count();
+    let waves = 1 + rest.windows(2).filter(|w| w[1] - w[0] > 125.0).count();
     let mut per_status: HashMap<String, usize> = HashMap::new();
     for r in pages.iter().filter(|r| param(&r.query, "page") != "1") {
         *per_status.entry(param(&r.query, "status")).or_default() += 1;
     }
     let one_at_a_time: usize = per_status.values().map(|n| n.div_ceil(4)).sum();
-    assert!(rest.len().div_ceil(4) < one_at_a_time, "the statuses' pages fill partial waves: {per_status:?}");
-    assert!(waves <= rest.len().div_ceil(4) + 1, "{waves} waves for {} pages: {per_status:?}", rest.len());
+    assert!(rest.len().div_ceil(4) + 1 < one_at_a_time, "the statuses' pages fill partial waves: {per_status:?}");
+    // Slack for a busy machine, where a late landing can split a wave: fewer waves than a
+    // status at a time takes.
+    assert!(waves < one_at_a_time, "{waves} waves for {} pages: {per_status:?}", rest.len());
 }

@@ -258,7 +258,7 @@ fn a_budgeted_run_resumes_and_a_fleet_writes_one_lake() {
     let orgs = by_name(&report(&o));
     for name in ["a", "b", "c"] {
         assert_eq!(orgs[name]["outcome"], "incomplete", "{}", orgs[name]);
-        assert_eq!(orgs[name]["requests"], 3);
+        assert_eq!(orgs[name]["requests"], 3, "{}", orgs[name]);
         assert!(orgs[name]["error"].as_str().unwrap().contains("request budget of 3"));
         assert_eq!(orgs[name]["resumable"], true);
     }
