@@ -5,9 +5,12 @@
 //! (sampled from /proc every 20 ms).
 //!
 //! `cargo bench --profile dev --bench fleet -- [--orgs N] [--applications N] [--interval-ms MS]
-//! [--reps N] [--max-requests N] [--max-loads N] [--warehouse fleet|per-org] [--again] [--floor]`
+//! [--reps N] [--max-requests N] [--max-loads N] [--warehouse fleet|per-org] [--again] [--floor]
+//! [--no-report]`
 //!
-//! `--warehouse` is passed to `fleet run` (default `fleet`, the command's own default).
+//! `--warehouse` is passed to `fleet run` (default `fleet`, the command's own default), and so is
+//! `--no-report`; without it, each run's line says what the HTML report made and kept, and how
+//! long it took (included in the run's wall time).
 //!
 //! `--again` runs every repetition on the same `--out`, after a first full sync that is not
 //! counted: a scheduled fleet's steady state, quick syncs of unchanged organizations.
@@ -181,7 +184,7 @@ fn main() {
         "fleet: {orgs} organizations x {applications} applications, {interval} ms per key, --warehouse {warehouse}, --max-loads {max_loads}{}",
         if max_requests > 0 { format!(", --max-requests-per-org {max_requests}") } else { String::new() }
     );
-    let (mut walls, mut ratios, mut rss, mut cpu) = (vec![], vec![], vec![], vec![]);
+    let (mut walls, mut ratios, mut rss, mut cpu, mut reports) = (vec![], vec![], vec![], vec![], vec![]);
     // With `--again`, every run syncs the same `--out`: the first (not counted) is a full sync,
     // the next ones are what a scheduled fleet does, quick syncs of unchanged organizations.
     let again = flag("--again");
@@ -207,6 +210,9 @@ fn main() {
         }
         if max_requests > 0 {
             cmd.args(["--max-requests-per-org", &max_requests.to_string()]);
+        }
+        if flag("--no-report") {
+            cmd.arg("--no-report");
         }
         for k in 1..=orgs {
             cmd.env(format!("FLEET_KEY_{k}"), org_key(k));
@@ -256,6 +262,17 @@ fn main() {
             *modes.entry(o["sync"].as_str().unwrap_or("none").to_owned()).or_insert(0) += 1;
         }
         let label = if rep == usize::MAX { "first sync (not counted)".to_owned() } else { format!("rep {rep}") };
+        let html = &report["report"];
+        let report_s = (!html.is_null()).then(|| html["duration_ms"].as_f64().unwrap_or(0.0) / 1000.0);
+        if !html.is_null() {
+            println!(
+                "    HTML report: {} pages made, {} kept, {:.2} s{}",
+                html["pages_made"],
+                html["pages_kept"],
+                html["duration_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+                html["error"].as_str().map_or_else(String::new, |e| format!(", error: {e}"))
+            );
+        }
         println!(
             "  {label}: sync modes {modes:?}; wall {wall:.2} s; slowest organization {slowest} requests, pacing limit {limit:.2} s, ratio {:.2}; {requests} requests, {limited} 429s ({} emulator violations); outcomes {}; peak RSS {peak:.0} MB; CPU {cpu_s:.1} s (the emulator's thread {:.1} s)",
             wall / limit.max(1e-9),
@@ -278,15 +295,17 @@ fn main() {
             continue;
         }
         walls.push(wall);
+        reports.extend(report_s);
         ratios.push(wall / limit.max(1e-9));
         rss.push(peak);
         cpu.push(cpu_s);
     }
     println!(
-        "median of {reps}: wall {:.2} s, ratio to the slowest organization's pacing limit {:.2}, peak RSS {:.0} MB, CPU {:.1} s",
+        "median of {reps}: wall {:.2} s, ratio to the slowest organization's pacing limit {:.2}, peak RSS {:.0} MB, CPU {:.1} s{}",
         median(walls),
         median(ratios),
         median(rss),
-        median(cpu)
+        median(cpu),
+        if reports.is_empty() { String::new() } else { format!(", of it the HTML report {:.2} s", median(reports)) }
     );
 }

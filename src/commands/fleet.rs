@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::extract::SyncArgs;
 use super::load::checked_lake;
-use super::{duration_flag, print_json, GlobalArgs};
+use super::{duration_flag, print_json, GlobalArgs, ReportNote};
 use crate::fleet::batch::BatchOptions;
 use crate::fleet::job::{Defaults, Job};
 use crate::fleet::observe::Lineage;
@@ -126,6 +126,10 @@ pub struct FleetRunArgs {
     pub cohort_edges: Vec<i64>,
     #[command(flatten)]
     pub sync: SyncArgs,
+    /// With `--warehouse fleet`: do not write the HTML report (`OUT/report/index.html`, the
+    /// overview, and the pages of the organizations whose data or health changed) after the run
+    #[arg(long)]
+    pub no_report: bool,
     /// Write per-organization metrics here in the Prometheus textfile-collector format
     #[arg(long, value_name = "PATH")]
     pub metrics_file: Option<PathBuf>,
@@ -250,9 +254,28 @@ pub async fn run(args: &FleetRunArgs, global: &GlobalArgs) -> Result<u8, Error> 
         return Err(Error::Config(vec!["no organization selected: check `--only` and `--shard`".into()]));
     }
     let report = crate::fleet::run::run(jobs, &options, crate::stop::stop_signal()).await?;
+    // Once the fleet warehouse is published and the fleet's lock let go: a fleet warehouse that
+    // was never published (every first sync failed) still gets an overview of the status files.
+    let note = match (&options.batches, args.no_report) {
+        (Some(_), false) => {
+            let config = crate::report::ReportConfig::after_fleet_run(&crate::out::OutDir::new(&global.out));
+            Some(ReportNote::write(config).await)
+        }
+        _ => None,
+    };
     eprint!("{}", report.summary());
-    print_json(&report)?;
+    print_json(&FleetRunOutput { fleet: &report, report: note })?;
     Ok(report.exit_code)
+}
+
+/// What `fleet run` prints: the fleet report, and the HTML report's note (or why it could not be
+/// written: the fleet's outcome and exit code stand either way).
+#[derive(Serialize)]
+struct FleetRunOutput<'a> {
+    #[serde(flatten)]
+    fleet: &'a crate::fleet::report::FleetReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    report: Option<ReportNote>,
 }
 
 /// One organization's line of `fleet status`.

@@ -215,3 +215,59 @@ mod tests {
         }
     }
 }
+
+/// The HTML report a command wrote after its sync (`run`, `fleet run`), or why it could not be
+/// written: the sync's outcome and exit code stand either way.
+#[derive(serde::Serialize)]
+pub(crate) struct ReportNote {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<std::path::PathBuf>,
+    /// One organization's page: its health.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    health: Option<crate::report::HealthState>,
+    /// Several organizations' pages: how many were made, and kept from the last report because
+    /// their data and health state had not changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pages_made: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pages_kept: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    /// How long writing it took.
+    duration_ms: u64,
+}
+
+impl ReportNote {
+    /// Writes the report `config` asks for, and says how it went.
+    pub(crate) async fn write(config: crate::report::ReportConfig) -> ReportNote {
+        let started = std::time::Instant::now();
+        let written = crate::report::write(config).await;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        match written {
+            Ok(s) => {
+                tracing::info!(path = %s.path.display(), pages_made = s.pages_made, pages_kept = s.pages_kept, duration_ms, "report written");
+                let many = s.pages.len() > 1 || s.pages.first().is_some_and(|p| p.organization.is_some());
+                ReportNote {
+                    health: if many { None } else { s.pages.first().map(|p| p.health) },
+                    pages_made: many.then_some(s.pages_made),
+                    pages_kept: many.then_some(s.pages_kept),
+                    path: Some(s.path),
+                    error: None,
+                    duration_ms,
+                }
+            }
+            Err(e) => {
+                let error = e.report();
+                tracing::warn!(%error, "the HTML report could not be written; the data is loaded");
+                ReportNote {
+                    path: None,
+                    health: None,
+                    pages_made: None,
+                    pages_kept: None,
+                    error: Some(error),
+                    duration_ms,
+                }
+            }
+        }
+    }
+}

@@ -55,7 +55,8 @@ impl ReportArgs {
             (None, true) => RunState::Fleet(global.out.clone()),
             (None, false) => RunState::Own { out: out.clone(), locked_here: false },
         };
-        Ok(ReportConfig { source, org: self.org.clone(), dir: out.report_dir(), state, stale_after })
+        let refresh = crate::report::Refresh::All;
+        Ok(ReportConfig { source, org: self.org.clone(), dir: out.report_dir(), state, stale_after, refresh })
     }
 }
 

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use super::actions::ActionGuards;
 use super::extract::ExtractArgs;
 use super::load::LoadOptions;
-use super::{print_json, stop_after_in_flight, validate_both, GlobalArgs};
+use super::{print_json, stop_after_in_flight, validate_both, GlobalArgs, ReportNote};
 use crate::api::Client;
 use crate::out::OutDir;
-use crate::report::{HealthState, ReportConfig};
+use crate::report::ReportConfig;
 use crate::sync::{StageLog, SyncJob};
 use crate::Error;
 
@@ -40,30 +40,10 @@ struct RunOutput<'a> {
     report: Option<ReportNote>,
 }
 
-#[derive(Serialize)]
-struct ReportNote {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    path: Option<PathBuf>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    health: Option<HealthState>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-}
-
 /// Writes the HTML report of `out`'s warehouse after a run, which recorded how it ended in the
 /// stage ledger first.
 async fn write_report(out: &OutDir) -> ReportNote {
-    match crate::report::write(ReportConfig::after_sync(out)).await {
-        Ok(s) => {
-            tracing::info!(path = %s.path.display(), "report written");
-            ReportNote { health: s.pages.first().map(|p| p.health), path: Some(s.path), error: None }
-        }
-        Err(e) => {
-            let error = e.report();
-            tracing::warn!(%error, "the HTML report could not be written; the run's data is loaded");
-            ReportNote { path: None, health: None, error: Some(error) }
-        }
-    }
+    ReportNote::write(ReportConfig::after_sync(out)).await
 }
 
 pub async fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {

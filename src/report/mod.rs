@@ -14,6 +14,7 @@
 mod charts;
 mod data;
 mod health;
+mod index;
 mod page;
 mod rows;
 mod runs;
@@ -53,6 +54,18 @@ pub enum RunState {
     Fleet(PathBuf),
 }
 
+/// Which pages of several organizations a report makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refresh {
+    /// Every page (`creator-etl report`).
+    All,
+    /// The pages of the organizations whose data or health state changed since their page was
+    /// made (the passing clock alone is no change), and any page that is missing; the others are
+    /// kept, and the overview is made anew with every organization's health as of now
+    /// (`fleet run`). The kept pages are listed in `OUT/report/pages.json`.
+    Changed,
+}
+
 /// A validated report request.
 #[derive(Clone, Debug)]
 pub struct ReportConfig {
@@ -63,6 +76,7 @@ pub struct ReportConfig {
     pub dir: PathBuf,
     pub state: RunState,
     pub stale_after: Duration,
+    pub refresh: Refresh,
 }
 
 impl ReportConfig {
@@ -75,6 +89,20 @@ impl ReportConfig {
             dir: out.report_dir(),
             state: RunState::Own { out: out.clone(), locked_here: true },
             stale_after: DEFAULT_STALE_AFTER,
+            refresh: Refresh::All,
+        }
+    }
+
+    /// The report `fleet run` writes of its fleet warehouse once it has published it and let go
+    /// of the fleet's lock: the pages that changed, and the overview.
+    pub fn after_fleet_run(out: &OutDir) -> Self {
+        ReportConfig {
+            source: Source::Warehouse { path: out.warehouse(), org: None },
+            org: None,
+            dir: out.report_dir(),
+            state: RunState::Fleet(out.root().to_path_buf()),
+            stale_after: DEFAULT_STALE_AFTER,
+            refresh: Refresh::Changed,
         }
     }
 }
@@ -86,6 +114,11 @@ pub struct ReportSummary {
     pub path: PathBuf,
     pub generated_at: DateTime<Utc>,
     pub pages: Vec<PageSummary>,
+    /// Organizations' pages made by this report.
+    pub pages_made: usize,
+    /// Organizations' pages kept from an earlier report: their data and health state had not
+    /// changed ([`Refresh::Changed`]).
+    pub pages_kept: usize,
 }
 
 /// One organization's page.
@@ -94,9 +127,13 @@ pub struct PageSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub organization: Option<String>,
     pub path: PathBuf,
+    /// Its health as of now.
     pub health: HealthState,
     pub last_synced_at: Option<DateTime<Utc>>,
-    /// Per section: `charted`, or `sentences` where it had nothing to chart.
+    /// When its page was made: now, or by an earlier report for a kept page.
+    pub made_at: DateTime<Utc>,
+    /// Per section: `charted`, or `sentences` where it had nothing to chart (empty for a kept
+    /// page).
     pub sections: BTreeMap<&'static str, &'static str>,
 }
 
@@ -221,8 +258,25 @@ fn org_page(
         rows: &rows,
         health: &health,
         overview,
+        stale_after: config.stale_after,
     });
     Ok((health, built))
+}
+
+/// One organization's health as of now, and its last run's figures, without its page: the
+/// `run_health` query alone.
+fn org_health(
+    conn: &Switchable,
+    config: &ReportConfig,
+    org: &str,
+    now: DateTime<Utc>,
+) -> Result<(Health, BTreeMap<String, serde_json::Value>), Error> {
+    let look = runs::look(&config.state, Some(org));
+    let answers = data::Answers::ask_only(conn.select(Some(org))?, &config.source, &["run_health"])?;
+    let rows = rows::Typed::of(&answers)?;
+    let found = runs::findings(look, &rows.run_health);
+    let health = Health::of(&rows.run_health, &found.problems, found.running.as_deref(), now, config.stale_after);
+    Ok((health, page::health_figures(&rows)))
 }
 
 /// A message cut to 300 characters.
@@ -249,42 +303,94 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
     let mut written = vec![];
     let pages = pages(reader, config)?;
     let conn = reader.switchable()?;
+    let (mut made, mut kept) = (0, 0);
     match pages {
         Pages::One(org) => {
             let (health, built) = org_page(&conn, config, org.as_deref(), &source, now, None)?;
             crate::out::write_atomic(&index, built.html.as_bytes())?;
-            summaries.push(summary(org, index.clone(), &health, &built));
+            summaries.push(summary(org, index.clone(), &health, now, &built.sections));
+            made += 1;
         }
         Pages::Many(orgs) => {
+            // Every organization's data fingerprint, kept with its page for the next report to
+            // compare with; without them (they could not be read) every page is made, and no
+            // index is kept.
+            let fingerprints = index::fingerprints(reader)
+                .inspect_err(|e| tracing::warn!(error = %e, "the organizations' data fingerprints cannot be read; every page is made"))
+                .ok();
+            let kept_pages = match (config.refresh, &fingerprints) {
+                (Refresh::Changed, Some(_)) => index::PageIndex::read(&config.dir, &source),
+                _ => index::PageIndex::default(),
+            };
             let mut rows = vec![];
+            let mut next = BTreeMap::new();
             for org in orgs {
-                let (health, built) = org_page(&conn, config, Some(&org), &source, now, Some("../index.html"))?;
                 let file = page_file(&org);
                 let path = org_dir.join(&file);
-                crate::out::write_atomic(&path, built.html.as_bytes())?;
-                summaries.push(summary(Some(org.clone()), path, &health, &built));
+                let fingerprint = fingerprints.as_ref().and_then(|f| f.get(&org)).map(String::as_str);
+                // A page is kept when the organization's data and health state are what they were
+                // when it was made; its health and last run's figures are as of now all the same.
+                let keep = match kept_pages.pages.contains_key(&org) {
+                    false => None,
+                    true => {
+                        let (health, last_run) = org_health(&conn, config, &org, now)?;
+                        let key = index::key(fingerprint, health.state);
+                        kept_pages.current(&config.dir, &org, &key).cloned().map(|k| (health, last_run, k))
+                    }
+                };
+                let (health, figures, page) = match keep {
+                    Some((health, last_run, page)) => {
+                        kept += 1;
+                        summaries.push(summary(Some(org.clone()), path, &health, page.made_at, &BTreeMap::new()));
+                        let mut figures = page.figures.clone();
+                        figures.extend(last_run);
+                        (health, figures, page)
+                    }
+                    None => {
+                        let (health, built) = org_page(&conn, config, Some(&org), &source, now, Some("../index.html"))?;
+                        crate::out::write_atomic(&path, built.html.as_bytes())?;
+                        made += 1;
+                        summaries.push(summary(Some(org.clone()), path, &health, now, &built.sections));
+                        let key = index::key(fingerprint, health.state);
+                        let page =
+                            index::Kept { file: file.clone(), key, made_at: now, figures: built.figures.clone() };
+                        (health, built.figures, page)
+                    }
+                };
                 written.push(file.clone());
-                rows.push(page::OverviewRow {
-                    organization: org,
-                    page: format!("org/{file}"),
-                    health,
-                    figures: built.figures,
-                });
+                next.insert(org.clone(), page);
+                rows.push(page::OverviewRow { organization: org, page: format!("org/{file}"), health, figures });
             }
             crate::out::write_atomic(&index, page::overview(&source, now, &rows).as_bytes())?;
+            // After the pages and the overview: an index never names a page that is not there.
+            let indexed = fingerprints.map(|_| index::PageIndex::write(&config.dir, &source, next));
+            if let Some(Err(e)) = &indexed {
+                let error = crate::exit::with_causes(e);
+                tracing::warn!(%error, "the report's page index cannot be written; the next report makes every page");
+            }
+            if !matches!(indexed, Some(Ok(()))) {
+                let _ = std::fs::remove_file(config.dir.join(index::INDEX_FILE));
+            }
         }
     }
     remove_other_pages(&org_dir, &written);
-    Ok(ReportSummary { path: index, generated_at: now, pages: summaries })
+    Ok(ReportSummary { path: index, generated_at: now, pages: summaries, pages_made: made, pages_kept: kept })
 }
 
-fn summary(org: Option<String>, path: PathBuf, health: &Health, built: &page::Built) -> PageSummary {
+fn summary(
+    org: Option<String>,
+    path: PathBuf,
+    health: &Health,
+    made_at: DateTime<Utc>,
+    sections: &BTreeMap<&'static str, bool>,
+) -> PageSummary {
     PageSummary {
         organization: org,
         path,
         health: health.state,
         last_synced_at: health.last_synced_at,
-        sections: built.sections.iter().map(|(k, v)| (*k, if *v { "charted" } else { "sentences" })).collect(),
+        made_at,
+        sections: sections.iter().map(|(k, v)| (*k, if *v { "charted" } else { "sentences" })).collect(),
     }
 }
 

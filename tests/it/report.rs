@@ -550,3 +550,154 @@ fn a_lake_of_two_organizations_gets_an_overview_and_a_page_each() {
     let o = Bin::new(scratch.path()).args(["report", "--lake", &lake.url, "--org", "nobody"]).out(&out).expect(2);
     assert!(String::from_utf8_lossy(&o.stderr).contains("holds no rows of it"), "{}", show(&[], &o));
 }
+
+/// The pages' file names and contents under `OUT/report/org/`.
+fn org_pages(out: &Path) -> BTreeMap<String, String> {
+    std::fs::read_dir(out.join("report/org"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
+        .collect()
+}
+
+/// `fleet run` writes the report (issue 35): every page at first; on a run where nothing
+/// changed, the overview anew and every page kept; the page of an organization whose data
+/// changed, or whose sync failed, made again; `--no-report`, nothing. A kept page tells its age
+/// in the browser, and once older than the stale limit, that its health is as of then. Shards
+/// each write their own, and `report --lake` is the overview of all of them.
+#[test]
+fn fleet_run_writes_the_pages_whose_data_or_health_changed() {
+    use creator_etl::emulator::numbered_org;
+    let emu = crate::fleet::fleet_emulator(3, 200, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let file = crate::fleet::fleet_file(dir.path(), &["one", "two", "three"], "");
+    let config = file.to_str().unwrap().to_owned();
+    let run = |extra: &[&str], keys: &[(String, String)]| {
+        Bin::new(dir.path())
+            .emu(&emu)
+            .out(&out)
+            .args(["fleet", "run", "--config", &config])
+            .args(extra)
+            .envs(keys.iter().cloned())
+            .run()
+    };
+    let keys = crate::fleet::key_env(3);
+    let note = |o: &std::process::Output| -> (u64, u64) {
+        let r: Value = report(o);
+        (r["report"]["pages_made"].as_u64().unwrap(), r["report"]["pages_kept"].as_u64().unwrap())
+    };
+    let generated =
+        || data_of(&std::fs::read_to_string(out.join("report/index.html")).unwrap())["generated_at"].clone();
+
+    let o = run(&[], &keys);
+    assert_exit(&[], &o, 0);
+    assert_eq!(note(&o), (3, 0), "every page at first");
+    let first = org_pages(&out);
+    assert_eq!(first.keys().collect::<Vec<_>>(), ["one.html", "three.html", "two.html"]);
+    let overview = generated();
+
+    // Nothing changed: every page kept, the overview made anew, every organization fresh.
+    let o = run(&[], &keys);
+    assert_exit(&[], &o, 0);
+    assert_eq!(note(&o), (0, 3), "{}", show(&[], &o));
+    assert_eq!(org_pages(&out), first, "kept pages are untouched");
+    assert_ne!(generated(), overview, "the overview is made at every run");
+    let html = std::fs::read_to_string(out.join("report/index.html")).unwrap();
+    assert!(html.contains("3 organizations: 0 failed"), "every organization's health as of now");
+
+    // One organization's data changed: its page alone is made again, with the change.
+    let moved = emu.state.applications(numbered_org(2)).iter().find(|a| a.status.as_str() == "accepted").unwrap().id;
+    emu.state.set_application_status(moved, creator_etl::api::models::ApplicationStatus::Rejected);
+    let o = run(&[], &keys);
+    assert_exit(&[], &o, 0);
+    assert_eq!(note(&o), (1, 2));
+    let third = org_pages(&out);
+    assert_ne!(third["two.html"], first["two.html"]);
+    assert_eq!((&third["one.html"], &third["three.html"]), (&first["one.html"], &first["three.html"]));
+
+    // One organization's key is refused: its health changes (failed), so its page is made again
+    // and says so; the overview counts it.
+    let mut refused = keys.clone();
+    refused[2].1 = "emu-not-a-key".into();
+    let o = run(&[], &refused);
+    assert_exit(&[], &o, creator_etl::exit::SOME_FAILED as i32);
+    assert_eq!(note(&o), (1, 2));
+    let fourth = org_pages(&out);
+    assert!(fourth["three.html"].contains("data-health=\"failed\""), "the failed organization's page says so");
+    assert_eq!(fourth["one.html"], first["one.html"]);
+    assert!(std::fs::read_to_string(out.join("report/index.html")).unwrap().contains("3 organizations: 1 failed"));
+
+    // `--no-report`: no report, no file touched.
+    let before = std::fs::read_to_string(out.join("report/index.html")).unwrap();
+    let o = run(&["--no-report"], &keys);
+    assert_exit(&[], &o, 0);
+    assert!(report::<Value>(&o)["report"].is_null());
+    assert_eq!(std::fs::read_to_string(out.join("report/index.html")).unwrap(), before);
+
+    // A kept page's age, as the browser tells it: made just now, nothing more; made three days
+    // ago (past the 26 h stale limit), its health is as of then.
+    let page = out.join("report/org/one.html");
+    let fresh = render(&page, 600);
+    assert!(fresh.console.is_empty(), "{:#?}", fresh.console);
+    // The line as the script filled it (the script's own text is in the DOM too).
+    let line = |dom: &str| {
+        dom.split("id=\"page-age\"").nth(1).unwrap().split_once('>').unwrap().1.split("</p>").next().unwrap().to_owned()
+    };
+    assert_eq!(line(&fresh.dom), "This page was made less than a minute ago.");
+    let made = data_of(&first["one.html"])["generated_at"].as_str().unwrap().to_owned();
+    let at = |html: &str| html.split("data-generated=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+    assert_eq!(
+        chrono::DateTime::parse_from_rfc3339(&at(&first["one.html"])).unwrap().timestamp(),
+        chrono::DateTime::parse_from_rfc3339(&made).unwrap().timestamp()
+    );
+    let old = (chrono::Utc::now() - chrono::Duration::hours(75)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let aged = dir.path().join("aged.html");
+    std::fs::write(&aged, first["one.html"].replace(&at(&first["one.html"]), &old)).unwrap();
+    let aged = render(&aged, 600);
+    assert!(aged.console.is_empty(), "{:#?}", aged.console);
+    assert_eq!(
+        line(&aged.dom),
+        "This page was made 3 days 3 h ago. Its health is as of then: the overview says how the organization stands now."
+    );
+    assert!(aged.dom.contains("class=\"meta age old\""));
+
+    // Shards each write their own report, of their own organizations; `report --lake` gives the
+    // overview of every shard.
+    let lake = format!("file://{}", dir.path().join("lake").display());
+    let mut names = BTreeMap::new();
+    // Of three shards, these two hold every organization (`one` and `three`, and `two`).
+    for shard in ["0/3", "1/3"] {
+        let shard_out = dir.path().join(format!("shard-{}", &shard[..1]));
+        let args = ["fleet", "run", "--config", &config, "--shard", shard, "--lake", &lake];
+        let o = Bin::new(dir.path()).emu(&emu).out(&shard_out).args(args).envs(keys.iter().cloned()).run();
+        assert_exit(&args, &o, 0);
+        let listed: Vec<String> = by_org(&o).into_iter().collect();
+        // One organization's report is its page, as `index.html`.
+        let pages: Vec<String> = match shard_out.join("report/org").is_dir() {
+            true => org_pages(&shard_out).keys().map(|f| f.trim_end_matches(".html").to_owned()).collect(),
+            false => {
+                let page = data_of(&std::fs::read_to_string(shard_out.join("report/index.html")).unwrap());
+                vec![page["organization"].as_str().unwrap().to_owned()]
+            }
+        };
+        assert_eq!(pages, listed, "shard {shard}'s report has its own organizations");
+        names.insert(shard, listed);
+    }
+    assert_eq!(names.values().map(Vec::len).sum::<usize>(), 3);
+    let lake_out = dir.path().join("lake-report");
+    let o = Bin::new(dir.path()).args(["report", "--lake", &lake]).out(&lake_out).expect(0);
+    let pages: Vec<String> = report::<Value>(&o)["pages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["organization"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(pages, ["one", "three", "two"]);
+}
+
+/// The organizations of a `fleet run`'s report, sorted.
+fn by_org(o: &std::process::Output) -> std::collections::BTreeSet<String> {
+    let r: Value = report(o);
+    r["organizations"].as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap().to_owned()).collect()
+}

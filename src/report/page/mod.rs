@@ -52,6 +52,8 @@ pub struct OrgPage<'a> {
     pub health: &'a Health,
     /// The overview's path from this page, when there is one.
     pub overview: Option<&'a str>,
+    /// How old a page may be before it says that its health is as of its making (`--stale-after`).
+    pub stale_after: std::time::Duration,
 }
 
 /// An organization's page and what it shows.
@@ -79,11 +81,12 @@ pub fn org_page(p: &OrgPage<'_>) -> Built {
     let mut html = head(&title);
     let _ = writeln!(
         html,
-        "<header><h1>{}</h1><p class=\"meta\">Generated {} from {}.{}</p></header>",
+        "<header><h1>{}</h1><p class=\"meta\">Generated {} from {}.{}</p>{}</header>",
         esc(&title),
         stamp(p.generated_at),
         esc(p.source),
-        p.overview.map_or_else(String::new, |o| format!(" <a href=\"{}\">All organizations</a>", esc(o)))
+        p.overview.map_or_else(String::new, |o| format!(" <a href=\"{}\">All organizations</a>", esc(o))),
+        age_line(p.generated_at, p.stale_after)
     );
     let _ = write!(
         html,
@@ -141,6 +144,40 @@ pub fn org_page(p: &OrgPage<'_>) -> Built {
     Built { html, sections: drawn, figures }
 }
 
+/// The figures of the page's health section (its last run's), as the overview shows them.
+pub fn health_figures(t: &Typed) -> BTreeMap<String, Value> {
+    health::section(t).figures.into_iter().map(|f| (f.key, f.value)).collect()
+}
+
+/// The page's age as the reader's clock has it: a page is kept until its organization's data or
+/// health state changes (see [`crate::report::Refresh`]), so it says how old it is, and, once
+/// older than `stale_after`, that its health is as of its making. Without scripts (a mail
+/// reader) the line stays empty and the header's time says when the page was made.
+fn age_line(generated_at: DateTime<Utc>, stale_after: std::time::Duration) -> String {
+    format!(
+        "<p class=\"meta age\" id=\"page-age\" data-generated=\"{}\" data-stale-after-s=\"{}\"></p>{AGE_SCRIPT}",
+        generated_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        stale_after.as_secs()
+    )
+}
+
+const AGE_SCRIPT: &str = "<script>
+(function () {
+  var e = document.getElementById('page-age');
+  var made = Date.parse(e.getAttribute('data-generated'));
+  if (isNaN(made)) { return; }
+  var s = Math.max(0, Math.round((Date.now() - made) / 1000));
+  var m = Math.floor(s / 60), h = Math.floor(m / 60), d = Math.floor(h / 24);
+  var ago = d >= 2 ? d + ' days ' + (h % 24) + ' h' : h >= 1 ? h + ' h ' + (m % 60) + ' min' : m >= 1 ? m + ' min' : 'less than a minute';
+  var text = 'This page was made ' + ago + ' ago.';
+  if (s > Number(e.getAttribute('data-stale-after-s'))) {
+    text += ' Its health is as of then: the overview says how the organization stands now.';
+    e.className += ' old';
+  }
+  e.textContent = text;
+})();
+</script>";
+
 /// The numbers of a page for machines: JSON in a script element that never runs (`<` escaped, so
 /// no text in it can close the element).
 pub(super) fn data_block(v: &Value) -> String {
@@ -162,6 +199,7 @@ body{margin:0;background:#f8fafc;color:#0f172a;font:14px/1.45 system-ui,-apple-s
 main{max-width:1080px;margin:0 auto;padding:16px 24px 48px}
 h1{font-size:22px;margin:8px 0 2px}h2{font-size:18px;margin:0 0 12px}h3{font-size:15px;margin:18px 0 6px}
 .meta{color:#475569;margin:0 0 12px}
+.meta.old{color:#9a3412;font-weight:600}
 nav{margin:12px 0}nav a{margin-right:14px;color:#1d4ed8;text-decoration:none}
 .banner{padding:10px 14px;border-radius:6px;margin:8px 0;border:1px solid}
 .banner.fresh{background:#f0fdf4;border-color:#86efac}.banner.stale{background:#fffbeb;border-color:#fcd34d}

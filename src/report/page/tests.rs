@@ -134,6 +134,7 @@ fn an_organization_without_data_gets_sentences_and_no_chart() {
         rows: &rows,
         health: &health,
         overview: Some("../index.html"),
+        stale_after: std::time::Duration::from_secs(3600),
     });
     assert!(built.sections.values().all(|drawn| !drawn), "{:?}", built.sections);
     assert!(!built.html.contains("<svg"), "no chart without data");
