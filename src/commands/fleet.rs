@@ -253,10 +253,15 @@ pub async fn run(args: &FleetRunArgs, global: &GlobalArgs) -> Result<u8, Error> 
     if jobs.is_empty() {
         return Err(Error::Config(vec!["no organization selected: check `--only` and `--shard`".into()]));
     }
-    let report = crate::fleet::run::run(jobs, &options, crate::stop::stop_signal()).await?;
+    let stop = crate::stop::stop_signal();
+    let report = crate::fleet::run::run(jobs, &options, stop.clone()).await?;
     // Once the fleet warehouse is published and the fleet's lock let go: a fleet warehouse that
     // was never published (every first sync failed) still gets an overview of the status files.
-    let note = match (&options.batches, args.no_report) {
+    // Not after Ctrl-C or SIGTERM: the fleet was asked to stop; the next report shows it.
+    if stop.is_cancelled() && options.batches.is_some() && !args.no_report {
+        tracing::info!("stopped: no HTML report this run; the next `fleet run` or `creator-etl report` writes it");
+    }
+    let note = match (&options.batches, args.no_report || stop.is_cancelled()) {
         (Some(_), false) => {
             let config = crate::report::ReportConfig::after_fleet_run(&crate::out::OutDir::new(&global.out));
             Some(ReportNote::write(config).await)

@@ -4,10 +4,9 @@
 //! makes again the pages whose key changed, and keeps the others; the overview is written anew
 //! every time, with each organization's health as of now.
 //!
-//! The key is the organization's data fingerprint and its health state without the clock
-//! (stale counts as fresh: a page shows its own age, see [`super::page`]). The fingerprint is one
-//! query per table over every organization: its rows' count and the sum of their hashes, without
-//! what every sync changes whether or not the data did ([`EVERY_SYNC`]).
+//! The key is the organization's data fingerprint and its health ([`key`]). The fingerprint is
+//! one query per table over every organization: its rows' count and the sum of their hashes,
+//! without what every sync changes whether or not the data did ([`EVERY_SYNC`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,7 +15,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::HealthState;
+use super::{Health, HealthState};
 use crate::load::catalog;
 use crate::query::{QueryError, Reader};
 
@@ -24,7 +23,8 @@ use crate::query::{QueryError, Reader};
 pub(super) const INDEX_FILE: &str = "pages.json";
 
 /// What every sync writes whether or not the data changed, left out of the fingerprint: the run
-/// ledger (a row per sync), and the time an application was last observed.
+/// ledger (a row per sync), and the time an application was last observed, of which the
+/// fingerprint keeps the latest day (`pending_queue` counts ages to it).
 pub(super) const EVERY_SYNC: [(&str, Option<&str>); 2] = [("runs", None), ("applications", Some("last_seen_at"))];
 
 /// The kept pages.
@@ -80,10 +80,17 @@ impl PageIndex {
     }
 }
 
-/// A page's key: the organization's data fingerprint and its health state without the clock.
-pub(super) fn key(fingerprint: Option<&str>, state: HealthState) -> String {
-    let state = if state == HealthState::Stale { HealthState::Fresh } else { state };
-    format!("{}|{}", state.as_str(), fingerprint.unwrap_or("no rows"))
+/// A page's key: the organization's data fingerprint and its health: its state, and for a
+/// state other than fresh or stale, its headline and notes too (a failure that fails differently
+/// is a change). The headline of a fresh or stale page tells the time since the last sync, which
+/// the passing clock changes: the state alone stands for it, and the page's own script says how
+/// old the page and its last sync are.
+pub(super) fn key(fingerprint: Option<&str>, health: &Health) -> String {
+    let told = match health.state {
+        HealthState::Fresh | HealthState::Stale => String::new(),
+        _ => format!("{}|{}", health.headline, health.notes.join("|")),
+    };
+    format!("{}|{}|{told}", health.state.as_str(), fingerprint.unwrap_or("no rows"))
 }
 
 /// Every organization's data fingerprint, one query per table over all of them; none for one
@@ -106,9 +113,16 @@ pub(super) fn fingerprints(reader: &Reader) -> Result<BTreeMap<String, String>, 
             .filter(|c| !EVERY_SYNC.contains(&(name, Some(c.name))))
             .map(|c| format!("\"{}\"", c.name))
             .collect();
+        // The latest day of a column every sync writes.
+        let days: Vec<String> = EVERY_SYNC
+            .iter()
+            .filter_map(|(t, c)| c.filter(|_| *t == name))
+            .map(|c| format!(" || '|' || coalesce(CAST(CAST(max(CAST(\"{c}\" AS TIMESTAMP)) AS DATE) AS VARCHAR), '')"))
+            .collect();
         let sql = format!(
-            "SELECT organization, count(*), CAST(sum(hash({})) AS VARCHAR) FROM {name} GROUP BY organization",
-            columns.join(", ")
+            "SELECT organization, count(*), CAST(sum(hash({})) AS VARCHAR){} FROM {name} GROUP BY organization",
+            columns.join(", "),
+            days.concat()
         );
         let mut stmt = conn.prepare(&sql).map_err(db)?;
         let rows = stmt
@@ -136,11 +150,18 @@ mod tests {
         }
     }
 
+    fn health(state: HealthState, headline: &str) -> Health {
+        Health { state, headline: headline.into(), notes: vec![], last_synced_at: None }
+    }
+
     #[test]
-    fn stale_is_no_change_of_state_and_other_states_are() {
-        assert_eq!(key(Some("f"), HealthState::Stale), key(Some("f"), HealthState::Fresh));
-        assert_ne!(key(Some("f"), HealthState::Failed), key(Some("f"), HealthState::Fresh));
-        assert_ne!(key(Some("f"), HealthState::Fresh), key(Some("g"), HealthState::Fresh));
-        assert_ne!(key(None, HealthState::Never), key(Some(""), HealthState::Never));
+    fn a_key_changes_with_the_data_the_state_and_a_failure_but_not_the_clock() {
+        let fresh = |h: &str| health(HealthState::Fresh, h);
+        assert_eq!(key(Some("f"), &fresh("Fresh: 1 h ago")), key(Some("f"), &fresh("Fresh: 2 h ago")));
+        assert_ne!(key(Some("f"), &health(HealthState::Stale, "")), key(Some("f"), &fresh("")));
+        assert_ne!(key(Some("f"), &fresh("")), key(Some("g"), &fresh("")));
+        assert_ne!(key(None, &health(HealthState::Never, "")), key(Some(""), &health(HealthState::Never, "")));
+        let failed = |h: &str| health(HealthState::Failed, h);
+        assert_ne!(key(Some("f"), &failed("Failed: 401")), key(Some("f"), &failed("Failed: 503")));
     }
 }

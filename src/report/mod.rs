@@ -315,13 +315,21 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
             // Every organization's data fingerprint, kept with its page for the next report to
             // compare with; without them (they could not be read) every page is made, and no
             // index is kept.
-            let fingerprints = index::fingerprints(reader)
-                .inspect_err(|e| tracing::warn!(error = %e, "the organizations' data fingerprints cannot be read; every page is made"))
-                .ok();
+            // A lake's report (`report --lake`, every page) is followed by no fleet run that would
+            // keep its pages: no fingerprints, which would read every row of the lake.
+            let fingerprints = match (config.refresh, &config.source) {
+                (Refresh::All, Source::Lake(_)) => None,
+                _ => index::fingerprints(reader)
+                    .inspect_err(|e| tracing::warn!(error = %e, "the organizations' data fingerprints cannot be read; every page is made"))
+                    .ok(),
+            };
             let kept_pages = match (config.refresh, &fingerprints) {
                 (Refresh::Changed, Some(_)) => index::PageIndex::read(&config.dir, &source),
                 _ => index::PageIndex::default(),
             };
+            // Gone until the pages it names are made: a report that stops half-way (a full disk,
+            // a failed query) leaves no index that could keep a page made for another key.
+            let _ = std::fs::remove_file(config.dir.join(index::INDEX_FILE));
             let mut rows = vec![];
             let mut next = BTreeMap::new();
             for org in orgs {
@@ -334,7 +342,7 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                     false => None,
                     true => {
                         let (health, last_run) = org_health(&conn, config, &org, now)?;
-                        let key = index::key(fingerprint, health.state);
+                        let key = index::key(fingerprint, &health);
                         kept_pages.current(&config.dir, &org, &key).cloned().map(|k| (health, last_run, k))
                     }
                 };
@@ -351,7 +359,7 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                         crate::out::write_atomic(&path, built.html.as_bytes())?;
                         made += 1;
                         summaries.push(summary(Some(org.clone()), path, &health, now, &built.sections));
-                        let key = index::key(fingerprint, health.state);
+                        let key = index::key(fingerprint, &health);
                         let page =
                             index::Kept { file: file.clone(), key, made_at: now, figures: built.figures.clone() };
                         (health, built.figures, page)
@@ -368,7 +376,7 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                 let error = crate::exit::with_causes(e);
                 tracing::warn!(%error, "the report's page index cannot be written; the next report makes every page");
             }
-            if !matches!(indexed, Some(Ok(()))) {
+            if let Some(Err(_)) = indexed {
                 let _ = std::fs::remove_file(config.dir.join(index::INDEX_FILE));
             }
         }

@@ -86,7 +86,7 @@ pub fn org_page(p: &OrgPage<'_>) -> Built {
         stamp(p.generated_at),
         esc(p.source),
         p.overview.map_or_else(String::new, |o| format!(" <a href=\"{}\">All organizations</a>", esc(o))),
-        age_line(p.generated_at, p.stale_after)
+        age_line(p.generated_at, p.health.last_synced_at, p.stale_after, p.overview.is_some())
     );
     let _ = write!(
         html,
@@ -149,14 +149,22 @@ pub fn health_figures(t: &Typed) -> BTreeMap<String, Value> {
     health::section(t).figures.into_iter().map(|f| (f.key, f.value)).collect()
 }
 
-/// The page's age as the reader's clock has it: a page is kept until its organization's data or
-/// health state changes (see [`crate::report::Refresh`]), so it says how old it is, and, once
-/// older than `stale_after`, that its health is as of its making. Without scripts (a mail
-/// reader) the line stays empty and the header's time says when the page was made.
-fn age_line(generated_at: DateTime<Utc>, stale_after: std::time::Duration) -> String {
+/// The page's age as the reader's clock has it. `fleet run` keeps a page until its
+/// organization's data or health changes (see [`crate::report::Refresh`]), so a page says how old
+/// it is, and once it, or the last sync it shows, is older than `stale_after`, that its health is
+/// as of its making. Without scripts (a mail reader) the line stays empty, and the header's time
+/// says when the page was made.
+fn age_line(
+    generated_at: DateTime<Utc>,
+    last_synced_at: Option<DateTime<Utc>>,
+    stale_after: std::time::Duration,
+    overview: bool,
+) -> String {
+    let time = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     format!(
-        "<p class=\"meta age\" id=\"page-age\" data-generated=\"{}\" data-stale-after-s=\"{}\"></p>{AGE_SCRIPT}",
-        generated_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "<p class=\"meta age\" id=\"page-age\" data-generated=\"{}\" data-last-synced=\"{}\" data-stale-after-s=\"{}\" data-overview=\"{overview}\"></p>{AGE_SCRIPT}",
+        time(generated_at),
+        last_synced_at.map(time).unwrap_or_default(),
         stale_after.as_secs()
     )
 }
@@ -164,14 +172,24 @@ fn age_line(generated_at: DateTime<Utc>, stale_after: std::time::Duration) -> St
 const AGE_SCRIPT: &str = "<script>
 (function () {
   var e = document.getElementById('page-age');
+  var now = Date.now(), limit = Number(e.getAttribute('data-stale-after-s')) * 1000;
   var made = Date.parse(e.getAttribute('data-generated'));
+  var synced = Date.parse(e.getAttribute('data-last-synced'));
   if (isNaN(made)) { return; }
-  var s = Math.max(0, Math.round((Date.now() - made) / 1000));
-  var m = Math.floor(s / 60), h = Math.floor(m / 60), d = Math.floor(h / 24);
-  var ago = d >= 2 ? d + ' days ' + (h % 24) + ' h' : h >= 1 ? h + ' h ' + (m % 60) + ' min' : m >= 1 ? m + ' min' : 'less than a minute';
-  var text = 'This page was made ' + ago + ' ago.';
-  if (s > Number(e.getAttribute('data-stale-after-s'))) {
-    text += ' Its health is as of then: the overview says how the organization stands now.';
+  var ago = function (ms) {
+    var m = Math.floor(Math.max(0, ms) / 60000), h = Math.floor(m / 60), d = Math.floor(h / 24);
+    return d >= 2 ? d + ' days ' + (h % 24) + ' h' : h >= 1 ? h + ' h ' + (m % 60) + ' min' : m >= 1 ? m + ' min' : 'less than a minute';
+  };
+  var text = 'This page was made ' + ago(now - made) + ' ago.';
+  var late = now - made > limit;
+  if (!isNaN(synced) && now - synced > limit) {
+    text += ' The last sync it shows finished ' + ago(now - synced) + ' ago, more than the stale limit.';
+    late = true;
+  }
+  if (late) {
+    text += e.getAttribute('data-overview') === 'true'
+      ? ' Its health is as of when it was made: the overview says how the organization stands now.'
+      : ' Its health is as of when it was made: a new report says how it stands now.';
     e.className += ' old';
   }
   e.textContent = text;
