@@ -312,10 +312,11 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
             made += 1;
         }
         Pages::Many(orgs) => {
+            // Its phases' times, in the debug log.
+            let started = std::time::Instant::now();
             // Every organization's data fingerprint, kept with its page for the next report to
             // compare with; without them (they could not be read) every page is made, and no
-            // index is kept.
-            // A lake's report (`report --lake`, every page) is followed by no fleet run that would
+            // index is kept. A lake's report (`report --lake`, every page) is followed by no fleet run that would
             // keep its pages: no fingerprints, which would read every row of the lake.
             let fingerprints = match (config.refresh, &config.source) {
                 (Refresh::All, Source::Lake(_)) => None,
@@ -327,6 +328,8 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                 (Refresh::Changed, Some(_)) => index::PageIndex::read(&config.dir, &source),
                 _ => index::PageIndex::default(),
             };
+            tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, "report: fingerprints read");
+            let (mut health_ms, mut pages_ms) = (0u128, 0u128);
             // Gone until the pages it names are made: a report that stops half-way (a full disk,
             // a failed query) leaves no index that could keep a page made for another key.
             let _ = std::fs::remove_file(config.dir.join(index::INDEX_FILE));
@@ -341,7 +344,9 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                 let keep = match kept_pages.pages.contains_key(&org) {
                     false => None,
                     true => {
+                        let t = std::time::Instant::now();
                         let (health, last_run) = org_health(&conn, config, &org, now)?;
+                        health_ms += t.elapsed().as_millis();
                         let key = index::key(fingerprint, &health);
                         kept_pages.current(&config.dir, &org, &key).cloned().map(|k| (health, last_run, k))
                     }
@@ -355,7 +360,9 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                         (health, figures, page)
                     }
                     None => {
+                        let t = std::time::Instant::now();
                         let (health, built) = org_page(&conn, config, Some(&org), &source, now, Some("../index.html"))?;
+                        pages_ms += t.elapsed().as_millis();
                         crate::out::write_atomic(&path, built.html.as_bytes())?;
                         made += 1;
                         summaries.push(summary(Some(org.clone()), path, &health, now, &built.sections));
@@ -369,6 +376,12 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                 next.insert(org.clone(), page);
                 rows.push(page::OverviewRow { organization: org, page: format!("org/{file}"), health, figures });
             }
+            tracing::debug!(
+                health_ms = health_ms as u64,
+                pages_ms = pages_ms as u64,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "report: pages made and kept"
+            );
             crate::out::write_atomic(&index, page::overview(&source, now, &rows).as_bytes())?;
             // After the pages and the overview: an index never names a page that is not there.
             let indexed = fingerprints.map(|_| index::PageIndex::write(&config.dir, &source, next));
