@@ -47,6 +47,8 @@ struct Inner {
     memory: Option<MemoryFile>,
     /// At most this many requests (attempts), and how many were started.
     budget: Option<(u64, AtomicU64)>,
+    /// Raised when the budget's last unit is taken: requests still waiting for the pacer give up.
+    budget_spent: CancellationToken,
     /// Attempts sent and not yet answered: what a stop lets finish
     /// ([`Client::stop_after_in_flight`]).
     in_flight: watch::Sender<usize>,
@@ -142,6 +144,7 @@ impl Client {
                 max_body: config.max_body_bytes,
                 memory,
                 budget: config.max_requests.map(|max| (max, AtomicU64::new(0))),
+                budget_spent: CancellationToken::new(),
                 in_flight: watch::Sender::new(0),
             }),
             stop: None,
@@ -430,21 +433,46 @@ impl Client {
         }
     }
 
-    /// Starts an attempt: counts it against the request budget, waits for the pacer's slot, and
+    /// Starts an attempt: waits for the pacer's slot, counts it against the request budget, and
     /// counts it in flight; keeps the pacer's memory before it goes out (a process killed right
     /// after sending still leaves it). A stop or a spent budget sends nothing.
     async fn dispatch(&self, endpoint: Endpoint, shown: &str) -> Result<(Dispatch, InFlight<'_>), ApiError> {
         let inner = &*self.inner;
+        let spent = |max: u64| ApiError::BudgetSpent { url: shown.to_owned(), max };
+        // A spent budget sends nothing and waits for nothing.
         if let Some((max, used)) = &inner.budget {
-            if used.fetch_add(1, Ordering::SeqCst) >= *max {
-                tracing::debug!(max, "request budget spent");
-                return Err(self.after_in_flight(ApiError::BudgetSpent { url: shown.to_owned(), max: *max }).await);
+            if used.load(Ordering::SeqCst) >= *max {
+                return Err(self.after_in_flight(spent(*max)).await);
             }
         }
-        let dispatch = match self.interruptible(inner.pacer.acquire(endpoint.class()), shown).await {
+        let acquire = self.interruptible(inner.pacer.acquire(endpoint.class()), shown);
+        let dispatch = match &inner.budget {
+            None => acquire.await,
+            // Waiting for a slot is not spending the budget: once other requests have spent it,
+            // the wait ends (it may be for an hourly cap's window).
+            Some((max, _)) => tokio::select! {
+                d = acquire => d,
+                _ = inner.budget_spent.cancelled() => Err(spent(*max)),
+            },
+        };
+        let dispatch = match dispatch {
             Ok(d) => d,
             Err(e) => return Err(self.after_in_flight(e).await),
         };
+        // Counted against the budget once it has its slot; the request that takes the last unit
+        // ends the others' waits.
+        if let Some((max, used)) = &inner.budget {
+            let n = used.fetch_add(1, Ordering::SeqCst);
+            if n + 1 >= *max {
+                inner.budget_spent.cancel();
+            }
+            if n >= *max {
+                tracing::debug!(max, "request budget spent");
+                inner.pacer.refused(&dispatch);
+                inner.pacer.unanswered(&dispatch);
+                return Err(self.after_in_flight(spent(*max)).await);
+            }
+        }
         // In flight from here until its answer is read. A stop raised before this point sends
         // nothing: a waiter for the requests in flight ([`Client::stop_after_in_flight`])
         // either counts this one or was preceded by the stop that this check sees.

@@ -80,17 +80,18 @@ impl PageIndex {
     }
 }
 
-/// A page's key: the organization's data fingerprint and its health: its state, and for a
-/// state other than fresh or stale, its headline and notes too (a failure that fails differently
+/// A page's key: the organization's data fingerprint and its health: its state and notes (the
+/// last loaded run's warnings, 429s and disagreeing counts, other problems with their times),
+/// and for a state other than fresh or stale its headline too (a failure that fails differently
 /// is a change). The headline of a fresh or stale page tells the time since the last sync, which
-/// the passing clock changes: the state alone stands for it, and the page's own script says how
-/// old the page and its last sync are.
+/// the passing clock changes: the state stands for it, and the page's own script says how old
+/// the page and its last sync are.
 pub(super) fn key(fingerprint: Option<&str>, health: &Health) -> String {
-    let told = match health.state {
-        HealthState::Fresh | HealthState::Stale => String::new(),
-        _ => format!("{}|{}", health.headline, health.notes.join("|")),
+    let headline = match health.state {
+        HealthState::Fresh | HealthState::Stale => "",
+        _ => health.headline.as_str(),
     };
-    format!("{}|{}|{told}", health.state.as_str(), fingerprint.unwrap_or("no rows"))
+    format!("{}|{}|{headline}|{}", health.state.as_str(), fingerprint.unwrap_or("no rows"), health.notes.join("|"))
 }
 
 /// Every organization's data fingerprint, one query per table over all of them; none for one
@@ -163,5 +164,8 @@ mod tests {
         assert_ne!(key(None, &health(HealthState::Never, "")), key(Some(""), &health(HealthState::Never, "")));
         let failed = |h: &str| health(HealthState::Failed, h);
         assert_ne!(key(Some("f"), &failed("Failed: 401")), key(Some("f"), &failed("Failed: 503")));
+        let noted =
+            Health { notes: vec!["The last loaded run was answered 429 (rate limited) 2 times.".into()], ..fresh("") };
+        assert_ne!(key(Some("f"), &noted), key(Some("f"), &fresh("")));
     }
 }
