@@ -170,15 +170,13 @@ fn main() {
     };
     let days = 3 * 365;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let share = |pct: u64| applications * pct / 100;
+    // The last status takes the rounding remainder.
+    let rest = applications - STATUSES.iter().map(|(_, p)| share(*p)).sum::<u64>();
     let counts: BTreeMap<&'static str, u64> = STATUSES
         .iter()
         .enumerate()
-        .map(|(i, (s, pct))| {
-            let share = applications * pct / 100;
-            // The last status takes the rounding remainder.
-            let rest = applications - STATUSES.iter().map(|(_, p)| applications * p / 100).sum::<u64>();
-            (*s, if i == STATUSES.len() - 1 { share + rest } else { share })
-        })
+        .map(|(i, (s, pct))| (*s, share(*pct) + if i == STATUSES.len() - 1 { rest } else { 0 }))
         .collect();
     println!(
         "latency-floor benchmark: {applications} applications, {days} days of content, server latency {latency_ms} ms, \

@@ -418,11 +418,8 @@ impl Client {
                     );
                     // The retry would be refused by a spent budget: it fails now, not after a
                     // backoff that may last until a 429's reset.
-                    if let Some((max, used)) = &inner.budget {
-                        if used.load(Ordering::SeqCst) >= *max {
-                            let spent = ApiError::BudgetSpent { url: shown.clone(), max: *max };
-                            return Attempts { result: Err(self.after_in_flight(spent).await), lost };
-                        }
+                    if let Some(spent) = self.spent_budget(&shown) {
+                        return Attempts { result: Err(self.after_in_flight(spent).await), lost };
                     }
                     inner.metrics.retry(sleep);
                     if let Err(e) = self.interruptible(tokio::time::sleep(sleep), &shown).await {
@@ -433,6 +430,12 @@ impl Client {
         }
     }
 
+    /// The error of a request budget already spent, if it is.
+    fn spent_budget(&self, shown: &str) -> Option<ApiError> {
+        let (max, used) = self.inner.budget.as_ref()?;
+        (used.load(Ordering::SeqCst) >= *max).then(|| ApiError::BudgetSpent { url: shown.to_owned(), max: *max })
+    }
+
     /// Starts an attempt: waits for the pacer's slot, counts it against the request budget, and
     /// counts it in flight; keeps the pacer's memory before it goes out (a process killed right
     /// after sending still leaves it). A stop or a spent budget sends nothing.
@@ -440,10 +443,8 @@ impl Client {
         let inner = &*self.inner;
         let spent = |max: u64| ApiError::BudgetSpent { url: shown.to_owned(), max };
         // A spent budget sends nothing and waits for nothing.
-        if let Some((max, used)) = &inner.budget {
-            if used.load(Ordering::SeqCst) >= *max {
-                return Err(self.after_in_flight(spent(*max)).await);
-            }
+        if let Some(spent) = self.spent_budget(shown) {
+            return Err(self.after_in_flight(spent).await);
         }
         let acquire = self.interruptible(inner.pacer.acquire(endpoint.class()), shown);
         let dispatch = match &inner.budget {

@@ -258,10 +258,11 @@ pub async fn run(args: &FleetRunArgs, global: &GlobalArgs) -> Result<u8, Error> 
     // Once the fleet warehouse is published and the fleet's lock let go: a fleet warehouse that
     // was never published (every first sync failed) still gets an overview of the status files.
     // Not after Ctrl-C or SIGTERM: the fleet was asked to stop; the next report shows it.
-    if stop.is_cancelled() && options.batches.is_some() && !args.no_report {
-        tracing::info!("stopped: no HTML report this run; the next `fleet run` or `creator-etl report` writes it");
-    }
-    let note = match (&options.batches, args.no_report || stop.is_cancelled()) {
+    let note = match (&options.batches, args.no_report) {
+        (Some(_), false) if stop.is_cancelled() => {
+            tracing::info!("stopped: no HTML report this run; the next `fleet run` or `creator-etl report` writes it");
+            None
+        }
         (Some(_), false) => {
             let config = crate::report::ReportConfig::after_fleet_run(&crate::out::OutDir::new(&global.out));
             Some(ReportNote::write(config).await)

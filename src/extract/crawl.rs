@@ -85,6 +85,11 @@ impl Crawl<'_> {
         self.pages(missing).await
     }
 
+    /// The pass of a status that a crawl continues: the last one landed, or the first.
+    pub fn current_pass(&self, status: &ApplicationStatus) -> u32 {
+        self.landing.last_pass(status.as_str()).unwrap_or(1)
+    }
+
     fn landed_pages(&self, status: &ApplicationStatus, pass: u32) -> u64 {
         self.landing.pages.get(&(status.as_str().to_owned(), pass)).map_or(0, |m| m.len() as u64)
     }
@@ -93,7 +98,7 @@ impl Crawl<'_> {
     /// rows seen disagree with the service's count, or the count moved during the pass, up to
     /// `max_passes`.
     pub async fn status(&mut self, status: &ApplicationStatus, max_passes: u32) -> Result<StatusOutcome, ExtractError> {
-        let mut pass = self.landing.last_pass(status.as_str()).unwrap_or(1);
+        let mut pass = self.current_pass(status);
         loop {
             self.first_pages(&[(status.clone(), pass)]).await?;
             let missing = self.missing_pages(status, pass);
@@ -147,15 +152,12 @@ impl Crawl<'_> {
                 .boxed()
             })
             .collect();
-        let total = jobs.len();
         let mut answers = Ahead::start(jobs, self.concurrency, self.stop.clone());
-        let mut ending = Ending::default();
-        while let Some(((status, page, pass, result), _slot)) = answers.next(&ending).await {
-            ending.answered += 1;
+        while let Some(((status, page, pass, result), _slot)) = answers.next().await {
             let fetched = match result {
                 Ok(fetched) => fetched,
                 Err(e) => {
-                    ending.error(ExtractError::api(format!("applications `{status}` page {page}"), e));
+                    answers.error(ExtractError::api(format!("applications `{status}` page {page}"), e));
                     continue;
                 }
             };
@@ -169,7 +171,7 @@ impl Crawl<'_> {
                 self.progress.inc(&bar, &format!("{rows} rows, {} retries", self.client.metrics().retries));
             }
         }
-        ending.end(total)
+        answers.end()
     }
 
     /// Fetches every window not landed yet, validating each; a window that stays truncated
@@ -202,11 +204,9 @@ impl Crawl<'_> {
                 .boxed()
             })
             .collect();
-        let total = jobs.len();
         let mut answers = Ahead::start(jobs, self.concurrency, self.stop.clone());
-        let (mut retried, mut ending) = (0, Ending::default());
-        while let Some(((w, tries, error), _slot)) = answers.next(&ending).await {
-            ending.answered += 1;
+        let mut retried = 0;
+        while let Some(((w, tries, error), _slot)) = answers.next().await {
             let mut last_problem = None;
             for (f, verdict) in &tries {
                 let problem = verdict.clone().err();
@@ -218,31 +218,44 @@ impl Crawl<'_> {
             }
             retried += tries.len().saturating_sub(1) as u64;
             if let Some(e) = error {
-                ending.error(ExtractError::api(format!("content {}..{}", w.0, w.1), e));
+                answers.error(ExtractError::api(format!("content {}..{}", w.0, w.1), e));
                 continue;
             }
             if let Some(problem) = last_problem {
-                ending.error(ExtractError::Truncated { start: w.0, end: w.1, tries: CONTENT_TRIES, problem });
+                answers.error(ExtractError::Truncated { start: w.0, end: w.1, tries: CONTENT_TRIES, problem });
                 continue;
             }
             self.progress.inc("content windows", "");
         }
-        ending.end(total)?;
+        answers.end()?;
         Ok(retried)
     }
 }
 
 /// Requests run on a task of their own, so that they make progress while the crawl lands an
 /// answer, and a new one starts as soon as a slot is free. A slot is held from a request's start
-/// until its answer is landed (the crawl drops the [`Slot`] after landing): at most `limit`
-/// jobs are in flight or answered and not yet landed, so a killed process loses at most the
-/// answers of `limit` jobs (a content window's job keeps its refused answers until its last try). Answers come in the order they finish. Once
-/// `stop` is raised (which the client raises after its requests in flight have answered, see
-/// [`Client::stop_after_in_flight`]) no further job starts, and every answer that came is handed
-/// over before the channel closes. Dropping it (a failed answer) drops the requests in flight.
+/// until its answer is landed (the crawl drops the [`Slot`] after landing): at most `limit` jobs
+/// are in flight or answered and not yet landed, so a killed process loses at most the answers
+/// of `limit` jobs (a content window's job keeps its refused answers until its last try).
+/// Answers come in the order they finish. Once `stop` is raised (which the client raises after
+/// its requests in flight have answered, see [`Client::stop_after_in_flight`]) no further job
+/// starts, and every answer that came is handed over before the channel closes. Dropping it (a
+/// failed step) drops the requests in flight.
+///
+/// It also keeps how the step is ending: the crawl hands it the errors of the answers
+/// ([`Ahead::error`]) and takes the step's result from it ([`Ahead::end`]).
 struct Ahead<T> {
     answers: mpsc::Receiver<(T, Slot)>,
     task: JoinHandle<()>,
+    jobs: usize,
+    answered: usize,
+    /// A stop or a spent budget an answer met: the answers still on their way come, and are
+    /// landed. The client lets no new request out (a stop also ends its waits for the pacer and
+    /// between retries; a spent budget ends the waits of requests not yet counted in it, and a
+    /// retry it would refuse fails without its wait).
+    stopped: Option<ExtractError>,
+    /// Any other error: the step ends once the answers already here are landed.
+    failed: Option<ExtractError>,
 }
 
 /// A request's place in the in-flight limit, held until its answer is landed.
@@ -251,6 +264,7 @@ type Slot = tokio::sync::OwnedSemaphorePermit;
 impl<T: Send + 'static> Ahead<T> {
     fn start(jobs: Vec<BoxFuture<'static, T>>, limit: usize, stop: CancellationToken) -> Self {
         let limit = limit.max(1);
+        let count = jobs.len();
         // Every answer waiting holds a slot: the channel never holds more than `limit`.
         let (tx, answers) = mpsc::channel(limit);
         let task = tokio::spawn(async move {
@@ -277,49 +291,33 @@ impl<T: Send + 'static> Ahead<T> {
                 }
             }
         });
-        Ahead { answers, task }
+        Ahead { answers, task, jobs: count, answered: 0, stopped: None, failed: None }
     }
 
     /// The next answer with its slot (drop it once the answer is landed), or `None` once every
     /// job started has answered; once the step is failing, only the answers already here.
-    async fn next(&mut self, ending: &Ending) -> Option<(T, Slot)> {
-        if ending.failed.is_some() {
-            return self.answers.try_recv().ok();
-        }
-        let next = self.answers.recv().await;
-        if next.is_none() {
+    async fn next(&mut self) -> Option<(T, Slot)> {
+        let next = match self.failed {
+            Some(_) => self.answers.try_recv().ok(),
+            None => self.answers.recv().await,
+        };
+        match next {
+            Some(_) => self.answered += 1,
             // The task ends early only by a panic in a request: raise it here, where it would
             // have been raised before, rather than read the missing answers as none.
-            if let Err(e) = (&mut self.task).await {
-                if e.is_panic() {
-                    std::panic::resume_unwind(e.into_panic());
+            None if self.failed.is_none() => {
+                if let Err(e) = (&mut self.task).await {
+                    if e.is_panic() {
+                        std::panic::resume_unwind(e.into_panic());
+                    }
                 }
             }
+            None => {}
         }
         next
     }
-}
 
-impl<T> Drop for Ahead<T> {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// How a crawl step is ending, from its answers so far.
-#[derive(Default)]
-struct Ending {
-    answered: usize,
-    /// A stop or a spent budget an answer met: the answers still on their way come, and are
-    /// landed. The client lets no new request out (a stop also ends its waits for the pacer and
-    /// between retries; a retry that a spent budget would refuse fails without its wait), and
-    /// requests that passed the budget before it was spent are sent and answered.
-    stopped: Option<ExtractError>,
-    /// Any other error: the step ends once the answers already here are landed.
-    failed: Option<ExtractError>,
-}
-
-impl Ending {
+    /// An answer's error: see [`Ahead::stopped`] and [`Ahead::failed`].
     fn error(&mut self, e: ExtractError) {
         match e {
             ExtractError::Interrupted | ExtractError::BudgetSpent { .. } => self.stopped.get_or_insert(e),
@@ -327,13 +325,18 @@ impl Ending {
         };
     }
 
-    /// The step's error, if any; else an interruption when a stop kept some of its `jobs` from
-    /// starting.
-    fn end(self, jobs: usize) -> Result<(), ExtractError> {
-        match (self.failed, self.stopped) {
+    /// The step's error, if any; else an interruption when a stop kept some job from starting.
+    fn end(mut self) -> Result<(), ExtractError> {
+        match (self.failed.take(), self.stopped.take()) {
             (Some(e), _) | (None, Some(e)) => Err(e),
-            (None, None) if self.answered < jobs => Err(ExtractError::Interrupted),
+            (None, None) if self.answered < self.jobs => Err(ExtractError::Interrupted),
             (None, None) => Ok(()),
         }
+    }
+}
+
+impl<T> Drop for Ahead<T> {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

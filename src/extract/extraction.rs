@@ -165,7 +165,7 @@ impl<'a> Run<'a> {
         let config = self.config;
         let mut crawl = self.crawler();
         let passes: Vec<(ApplicationStatus, u32)> =
-            config.statuses.iter().map(|s| (s.clone(), crawl.landing.last_pass(s.as_str()).unwrap_or(1))).collect();
+            config.statuses.iter().map(|s| (s.clone(), crawl.current_pass(s))).collect();
         crawl.first_pages(&passes).await?;
         if self.spec.sync == SyncMode::Quick && self.config.sync == SyncMode::Auto {
             if let Some(why) = self.snapshot.and_then(|snap| plan::too_many_changes(self.config, snap, &self.landing)) {
@@ -201,7 +201,7 @@ impl<'a> Run<'a> {
             // limit stays full across statuses; then each status is checked, and crawled again
             // while it has not converged.
             let passes: Vec<(ApplicationStatus, u32)> =
-                unread.iter().map(|s| ((*s).clone(), crawl.landing.last_pass(s.as_str()).unwrap_or(1))).collect();
+                unread.iter().map(|s| ((*s).clone(), crawl.current_pass(s))).collect();
             crawl.first_pages(&passes).await?;
             let wanted = passes.iter().flat_map(|(status, pass)| crawl.missing_pages(status, *pass)).collect();
             crawl.pages(wanted).await?;

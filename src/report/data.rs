@@ -52,13 +52,9 @@ pub struct Answer {
 pub struct Answers(pub BTreeMap<&'static str, Answer>);
 
 impl Answers {
-    /// Asks every query of [`ASKED`] on a connection to one organization's tables and views.
-    pub fn ask(conn: &duckdb::Connection, source: &Source) -> Result<Answers, QueryError> {
-        Self::ask_only(conn, source, &ASKED.map(|(name, _)| name))
-    }
-
-    /// Asks the queries of [`ASKED`] named in `only`.
-    pub fn ask_only(conn: &duckdb::Connection, source: &Source, only: &[&str]) -> Result<Answers, QueryError> {
+    /// Asks the queries of [`ASKED`] named in `only` on a connection to one organization's
+    /// tables and views.
+    pub fn ask(conn: &duckdb::Connection, source: &Source, only: &[&str]) -> Result<Answers, QueryError> {
         let mut answers = BTreeMap::new();
         for (name, params) in ASKED.into_iter().filter(|(name, _)| only.contains(name)) {
             let named = query::named(name).expect("the page asks named queries");

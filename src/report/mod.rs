@@ -235,21 +235,43 @@ fn page_file(org: &str) -> String {
     format!("{name}.html")
 }
 
-/// One organization's answers, health and page (`overview`: the overview's path from it).
+/// One organization's health as of now, and the answers of the named queries in `asked` (the
+/// health reads `run_health`'s): what a page needs to be kept or made.
+fn org_health(
+    conn: &Switchable,
+    config: &ReportConfig,
+    org: Option<&str>,
+    now: DateTime<Utc>,
+    asked: &[&str],
+) -> Result<(Health, data::Answers), Error> {
+    // What the output directory says is read around the data (see [`runs::look`]).
+    let look = runs::look(&config.state, org);
+    let answers = data::Answers::ask(conn.select(org)?, &config.source, asked)?;
+    let rows = rows::Typed::of(&answers)?;
+    let found = runs::findings(look, &rows.run_health);
+    let health = Health::of(&rows.run_health, &found.problems, found.running.as_deref(), now, config.stale_after);
+    Ok((health, answers))
+}
+
+/// Every named query the page asks.
+fn every_query() -> Vec<&'static str> {
+    data::ASKED.iter().map(|(name, _)| *name).collect()
+}
+
+/// One organization's page (`overview`: the overview's path from it), from its health and the
+/// answers [`org_health`] read, and the other named queries' answers.
 fn org_page(
     conn: &Switchable,
     config: &ReportConfig,
     org: Option<&str>,
-    source: &str,
-    now: DateTime<Utc>,
-    overview: Option<&str>,
+    (source, now, overview): (&str, DateTime<Utc>, Option<&str>),
+    (health, mut answers): (Health, data::Answers),
 ) -> Result<(Health, page::Built), Error> {
-    // What the output directory says is read around the data (see [`runs::look`]).
-    let look = runs::look(&config.state, org);
-    let answers = data::Answers::ask(conn.select(org)?, &config.source)?;
+    let rest: Vec<&str> = every_query().into_iter().filter(|q| !answers.0.contains_key(q)).collect();
+    if !rest.is_empty() {
+        answers.0.extend(data::Answers::ask(conn.select(org)?, &config.source, &rest)?.0);
+    }
     let rows = rows::Typed::of(&answers)?;
-    let found = runs::findings(look, &rows.run_health);
-    let health = Health::of(&rows.run_health, &found.problems, found.running.as_deref(), now, config.stale_after);
     let built = page::org_page(&page::OrgPage {
         organization: org,
         source,
@@ -261,22 +283,6 @@ fn org_page(
         stale_after: config.stale_after,
     });
     Ok((health, built))
-}
-
-/// One organization's health as of now, and its last run's figures, without its page: the
-/// `run_health` query alone.
-fn org_health(
-    conn: &Switchable,
-    config: &ReportConfig,
-    org: &str,
-    now: DateTime<Utc>,
-) -> Result<(Health, BTreeMap<String, serde_json::Value>), Error> {
-    let look = runs::look(&config.state, Some(org));
-    let answers = data::Answers::ask_only(conn.select(Some(org))?, &config.source, &["run_health"])?;
-    let rows = rows::Typed::of(&answers)?;
-    let found = runs::findings(look, &rows.run_health);
-    let health = Health::of(&rows.run_health, &found.problems, found.running.as_deref(), now, config.stale_after);
-    Ok((health, page::health_figures(&rows)))
 }
 
 /// A message cut to 300 characters.
@@ -306,7 +312,8 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
     let (mut made, mut kept) = (0, 0);
     match pages {
         Pages::One(org) => {
-            let (health, built) = org_page(&conn, config, org.as_deref(), &source, now, None)?;
+            let known = org_health(&conn, config, org.as_deref(), now, &every_query())?;
+            let (health, built) = org_page(&conn, config, org.as_deref(), (&source, now, None), known)?;
             crate::out::write_atomic(&index, built.html.as_bytes())?;
             summaries.push(summary(org, index.clone(), &health, now, &built.sections));
             made += 1;
@@ -316,8 +323,9 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
             let started = std::time::Instant::now();
             // Every organization's data fingerprint, kept with its page for the next report to
             // compare with; without them (they could not be read) every page is made, and no
-            // index is kept. A lake's report (`report --lake`, every page) is followed by no fleet run that would
-            // keep its pages: no fingerprints, which would read every row of the lake.
+            // index is kept. A lake's report (`report --lake`, every page) is followed by no
+            // fleet run that would keep its pages: no fingerprints, which would read every row of
+            // the lake.
             let fingerprints = match (config.refresh, &config.source) {
                 (Refresh::All, Source::Lake(_)) => None,
                 _ => index::fingerprints(reader)
@@ -329,7 +337,7 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                 _ => index::PageIndex::default(),
             };
             tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, "report: fingerprints read");
-            let (mut health_ms, mut pages_ms) = (0u128, 0u128);
+            let (mut keys_ms, mut pages_ms) = (0u128, 0u128);
             // Gone until the pages it names are made: a report that stops half-way (a full disk,
             // a failed query) leaves no index that could keep a page made for another key.
             let _ = std::fs::remove_file(config.dir.join(index::INDEX_FILE));
@@ -339,34 +347,32 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                 let file = page_file(&org);
                 let path = org_dir.join(&file);
                 let fingerprint = fingerprints.as_ref().and_then(|f| f.get(&org)).map(String::as_str);
-                // A page is kept when the organization's data and health state are what they were
-                // when it was made; its health and last run's figures are as of now all the same.
-                let keep = match kept_pages.pages.contains_key(&org) {
-                    false => None,
-                    true => {
-                        let t = std::time::Instant::now();
-                        let (health, last_run) = org_health(&conn, config, &org, now)?;
-                        health_ms += t.elapsed().as_millis();
-                        let key = index::key(fingerprint, &health);
-                        kept_pages.current(&config.dir, &org, &key).cloned().map(|k| (health, last_run, k))
-                    }
-                };
-                let (health, figures, page) = match keep {
-                    Some((health, last_run, page)) => {
+                // Its health as of now, with `run_health` alone where a page may be kept (every
+                // query where it will be made).
+                let t = std::time::Instant::now();
+                let asked = if kept_pages.pages.contains_key(&org) { vec!["run_health"] } else { every_query() };
+                let (health, answers) = org_health(&conn, config, Some(&org), now, &asked)?;
+                let key = index::key(fingerprint, &health);
+                keys_ms += t.elapsed().as_millis();
+                // A page is kept when the organization's data and health are what they were when
+                // it was made; its health and last run's figures are as of now all the same.
+                let (health, figures, page) = match kept_pages.current(&config.dir, &org, &key) {
+                    Some(page) => {
                         kept += 1;
                         summaries.push(summary(Some(org.clone()), path, &health, page.made_at, &BTreeMap::new()));
                         let mut figures = page.figures.clone();
-                        figures.extend(last_run);
-                        (health, figures, page)
+                        figures.extend(page::health_figures(&rows::Typed::of(&answers)?));
+                        (health, figures, page.clone())
                     }
                     None => {
                         let t = std::time::Instant::now();
-                        let (health, built) = org_page(&conn, config, Some(&org), &source, now, Some("../index.html"))?;
+                        let overview = Some("../index.html");
+                        let (health, built) =
+                            org_page(&conn, config, Some(&org), (&source, now, overview), (health, answers))?;
                         pages_ms += t.elapsed().as_millis();
                         crate::out::write_atomic(&path, built.html.as_bytes())?;
                         made += 1;
                         summaries.push(summary(Some(org.clone()), path, &health, now, &built.sections));
-                        let key = index::key(fingerprint, &health);
                         let page =
                             index::Kept { file: file.clone(), key, made_at: now, figures: built.figures.clone() };
                         (health, built.figures, page)
@@ -377,20 +383,18 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                 rows.push(page::OverviewRow { organization: org, page: format!("org/{file}"), health, figures });
             }
             tracing::debug!(
-                health_ms = health_ms as u64,
+                keys_ms = keys_ms as u64,
                 pages_ms = pages_ms as u64,
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "report: pages made and kept"
             );
             crate::out::write_atomic(&index, page::overview(&source, now, &rows).as_bytes())?;
             // After the pages and the overview: an index never names a page that is not there.
-            let indexed = fingerprints.map(|_| index::PageIndex::write(&config.dir, &source, next));
-            if let Some(Err(e)) = &indexed {
-                let error = crate::exit::with_causes(e);
+            // Its write is atomic: one that fails leaves none, and the next report makes every
+            // page.
+            if let Some(Err(e)) = fingerprints.map(|_| index::PageIndex::write(&config.dir, &source, next)) {
+                let error = crate::exit::with_causes(&e);
                 tracing::warn!(%error, "the report's page index cannot be written; the next report makes every page");
-            }
-            if let Some(Err(_)) = indexed {
-                let _ = std::fs::remove_file(config.dir.join(index::INDEX_FILE));
             }
         }
     }
