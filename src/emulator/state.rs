@@ -193,7 +193,16 @@ pub struct EmulatorState {
     fault_rng: Mutex<fastrand::Rng>,
     /// Replaces `faults.rate` once set ([`EmulatorState::set_fault_rate`]).
     fault_rate: Mutex<Option<f64>>,
+    scripted: Mutex<Scripted>,
     log: Mutex<Log>,
+}
+
+/// The main organization's list requests so far, and the moves due at a given one
+/// ([`EmulatorState::move_at_list_request`]): `(request, application, status)`.
+#[derive(Debug, Default)]
+struct Scripted {
+    list_requests: u64,
+    moves: Vec<(u64, i64, ApplicationStatus)>,
 }
 
 #[derive(Debug, Default)]
@@ -234,6 +243,7 @@ impl EmulatorState {
             rates: Mutex::new(HashMap::new()),
             fault_rng: Mutex::new(fastrand::Rng::with_seed(data::mix(seed ^ 0xFA17))),
             fault_rate: Mutex::new(None),
+            scripted: Mutex::new(Scripted::default()),
             log: Mutex::new(Log::default()),
         }
     }
@@ -380,6 +390,22 @@ impl EmulatorState {
     /// Changes the fault rate while serving, as a service recovers or degrades (a test knob).
     pub fn set_fault_rate(&self, rate: f64) {
         *lock(&self.fault_rate) = Some(rate);
+    }
+
+    /// Moves application `id` to `to` when the main organization's `n`-th list request arrives,
+    /// before it is answered: a change at a chosen point of a crawl (a test knob).
+    pub fn move_at_list_request(&self, n: u64, id: i64, to: ApplicationStatus) {
+        lock(&self.scripted).moves.push((n, id, to));
+    }
+
+    /// A list request of the main organization arrived: the moves due at it.
+    pub(crate) fn list_request_arrived(&self, store: &mut Store) {
+        let mut scripted = lock(&self.scripted);
+        scripted.list_requests += 1;
+        let n = scripted.list_requests;
+        for (_, id, to) in scripted.moves.iter().filter(|m| m.0 == n) {
+            store.set_status(*id, to.clone());
+        }
     }
 
     pub(crate) fn drift_step(&self, store: &mut Store) {

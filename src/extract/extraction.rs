@@ -192,8 +192,6 @@ impl<'a> Run<'a> {
             if let (SyncMode::Quick, Some(snap)) = (spec.sync, snapshot) {
                 findings.located =
                     locate_changes(&mut crawl, snap, &config.statuses, spec.max_passes, &mut findings).await?;
-                let landed = QuickLanding { base_run: snap.base_run.clone(), located: findings.located.clone() };
-                runs::write_quick(&config.out, &spec.run_id, &landed)?;
             }
             let unread: Vec<&ApplicationStatus> =
                 config.statuses.iter().filter(|s| !findings.outcomes.contains_key(s.as_str())).collect();
@@ -207,20 +205,25 @@ impl<'a> Run<'a> {
             crawl.pages(wanted).await?;
             for status in unread {
                 let outcome = crawl.status(status, spec.max_passes).await?;
-                if !outcome.converged {
-                    let what = if outcome.seen == outcome.row_count {
-                        format!("its count moved during each of {} passes", outcome.passes)
-                    } else {
-                        format!(
-                            "{} rows seen after {} passes, but the service reports {}",
-                            outcome.seen, outcome.passes, outcome.row_count
-                        )
-                    };
-                    findings.warnings.push(format!(
-                        "status `{status}`: {what}: the list changed while paging; the next run picks up the difference"
-                    ));
-                }
                 findings.outcomes.insert(status.to_string(), outcome);
+            }
+            close(&mut crawl, snapshot, &config.statuses, spec.max_passes, &mut findings).await?;
+            for (status, outcome) in findings.outcomes.iter().filter(|(_, o)| !o.converged) {
+                let what = if outcome.seen == outcome.row_count {
+                    format!("its count moved during each of {} passes", outcome.passes)
+                } else {
+                    format!(
+                        "{} rows seen after {} passes, but the service reports {}",
+                        outcome.seen, outcome.passes, outcome.row_count
+                    )
+                };
+                findings.warnings.push(format!(
+                    "status `{status}`: {what}: the list changed while paging; the next run picks up the difference"
+                ));
+            }
+            if let (SyncMode::Quick, Some(snap)) = (spec.sync, snapshot) {
+                let landed = QuickLanding { base_run: snap.base_run.clone(), located: findings.located.clone() };
+                runs::write_quick(&config.out, &spec.run_id, &landed)?;
             }
             for (status, why) in &findings.read_in_full {
                 findings.warnings.push(format!("quick sync: status `{status}` was read in full: {why}"));
@@ -340,4 +343,69 @@ async fn locate_changes(
             }
         }
     }
+}
+
+/// The closing check, once every status is read or located. A list can change after it was read
+/// while another is still read: an application that moved from an unread page of one status into
+/// a status already read is on no page read. The check runs when that may have happened:
+/// - an application of the previous sync's lists was seen nowhere and not kept
+///   ([`quick::vanished`]): it left the scope, or moved so;
+/// - or some status's count moved while this run read it (the lists were changing).
+///
+/// The statuses are checked one after another in their lifecycle order (`pending` first, as
+/// [`ApplicationStatus::KNOWN`] lists them): page 1 is read again, as the first page of a new
+/// pass, and a status whose count moved since it was read is read in full again before the next
+/// status is checked (a located one stops being located). So every status is read last after the
+/// statuses before it: an application that moves forward in the lifecycle while the check runs
+/// was on a page read of the status it left, or is on one of the status it entered. The check
+/// repeats while a count moved, up to `max_passes` times. What is still unseen once the counts
+/// held has left the scope (or moved where another application's move hid it in the count, until
+/// the next run). Costs nothing when the lists held still and nothing vanished.
+async fn close(
+    crawl: &mut Crawl<'_>,
+    snapshot: Option<&Snapshot>,
+    statuses: &[ApplicationStatus],
+    max_passes: u32,
+    findings: &mut Findings,
+) -> Result<(), ExtractError> {
+    let names: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
+    let mut order = statuses.to_vec();
+    order.sort_by_key(|s| ApplicationStatus::KNOWN.iter().position(|k| k == s).unwrap_or(usize::MAX));
+    let mut why = crawl.landing.any_count_moved().then(|| "a count moved while the lists were read".to_owned());
+    for _ in 0..max_passes {
+        let kept: HashSet<i64> = findings.located.values().flat_map(|l| l.kept.iter().copied()).collect();
+        let latest = crawl.landing.latest_statuses();
+        if let Some((from, id)) =
+            snapshot.and_then(|snap| quick::vanished(snap, &names, &latest, &kept).into_iter().next())
+        {
+            why = Some(format!("application {id} left `{from}` and is on none of the pages read"));
+        }
+        let Some(reason) = why.take() else { break };
+        for status in &order {
+            let was = match findings.located.get(status.as_str()) {
+                Some(l) => l.row_count,
+                None => findings.outcomes.get(status.as_str()).map_or(0, |o| o.row_count),
+            };
+            let pass = crawl.current_pass(status) + 1;
+            crawl.first_pages(&[(status.clone(), pass)]).await?;
+            let now = crawl.landing.page(status.as_str(), pass, 1).map_or(was, |p| p.row_count);
+            if now == was {
+                continue;
+            }
+            let moved = format!("{reason}, and the count of `{status}` moved from {was} to {now} after it was read");
+            tracing::info!(status = %status, reason = %moved, "reading the status again");
+            let outcome = crawl.status(status, max_passes).await?;
+            if findings.located.remove(status.as_str()).is_some() {
+                findings.read_in_full.insert(status.to_string(), moved);
+            }
+            findings.outcomes.insert(status.to_string(), outcome);
+            why = Some("a count moved after its list was read".to_owned());
+        }
+    }
+    // A row kept from the snapshot and seen again (page 1 read again) is the service's as seen.
+    let latest = crawl.landing.latest_statuses();
+    for l in findings.located.values_mut() {
+        l.kept.retain(|id| !latest.contains_key(id));
+    }
+    Ok(())
 }

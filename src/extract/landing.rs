@@ -278,6 +278,16 @@ impl Landing {
             .collect()
     }
 
+    /// Whether some status's pages in this run reported different counts: its list changed while
+    /// the run read it (or between two invocations of it).
+    pub fn any_count_moved(&self) -> bool {
+        let mut counts: HashMap<&str, u64> = HashMap::new();
+        self.pages
+            .iter()
+            .flat_map(|((s, _), pages)| pages.values().map(move |p| (s.as_str(), p.row_count)))
+            .any(|(s, n)| *counts.entry(s).or_insert(n) != n)
+    }
+
     /// Every application seen, with the status it was last seen in.
     pub fn latest_statuses(&self) -> HashMap<i64, String> {
         self.observations.iter().map(|(id, o)| (*id, o.app.status.as_str().to_owned())).collect()

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::action::{ActionConfig, ActionReport, Reviewed};
 use crate::api::Client;
-use crate::extract::{ExtractConfig, ExtractReport, Snapshot, SyncMode};
+use crate::extract::{ExtractConfig, ExtractReport, Snapshot};
 use crate::load::{LoadConfig, LoadReport};
 use crate::{exit, Error};
 
@@ -362,18 +362,16 @@ pub fn previous_from_rows(
 }
 
 /// What a sync reads before its first request, given how to read the snapshot and the cursor:
-/// the previous sync's lists for a quick sync (a full sync compares with nothing), and the last
-/// content day loaded unless `--from` names where content starts.
+/// the previous sync's lists (a quick sync compares with them; a full one only checks that
+/// nothing of them vanished unseen, see the extract's closing check), and the last content day
+/// loaded unless `--from` names where content starts.
 fn previous_with(
     config: &ExtractConfig,
     snapshot: impl FnOnce(&[String], Option<i64>) -> Result<Option<Snapshot>, crate::load::LoadError>,
     cursor: impl FnOnce() -> Result<Option<chrono::NaiveDate>, crate::load::LoadError>,
 ) -> Result<(ExtractConfig, Option<Snapshot>), crate::load::LoadError> {
     let statuses: Vec<String> = config.statuses.iter().map(|s| s.to_string()).collect();
-    let snapshot = match config.sync {
-        SyncMode::Full => None,
-        _ => snapshot(&statuses, config.campaign_id)?,
-    };
+    let snapshot = snapshot(&statuses, config.campaign_id)?;
     // With `--from`, the content starts there: the ledger's cursor is not read, so a damaged
     // ledger row never stops a run that names its range.
     let content_cursor = match config.from {

@@ -44,8 +44,11 @@ pub(super) async fn list_applications(
         Err(m) => return error(StatusCode::UNPROCESSABLE_ENTITY, m),
     };
     let mut store = st.store();
-    if st.drift && caller.org == MAIN_ORG {
-        st.drift_step(&mut store);
+    if caller.org == MAIN_ORG {
+        st.list_request_arrived(&mut store);
+        if st.drift {
+            st.drift_step(&mut store);
+        }
     }
     let (data, row_count) = store.page(caller.org, &status, campaign_id, page, per_page);
     drop(store);
