@@ -22,6 +22,10 @@
 //! batches' `debug` lines: where a batch's time goes) and prints the fleet process's CPU per
 //! thread name (sampled every 0.5 s).
 //!
+//! `FLEET_BENCH_WRAP`, when set, is a command the fleet binary runs under, split on spaces (for
+//! a heap profile: `FLEET_BENCH_WRAP="heaptrack -o /tmp/fleet"`); the peak RSS and CPU are
+//! then the wrapper's process's.
+//!
 //! `--floor` runs, instead of the binary, the least any fleet could do in this setup: one
 //! library `Client` per key, paced as a fleet paces, sending the same requests as an
 //! organization's full sync and keeping nothing (no landing, no resume state, no load). It
@@ -195,7 +199,16 @@ fn main() {
         // must be one interval behind.
         std::thread::sleep(Duration::from_millis(interval));
         let out = dir.path().join(if again { "out".to_owned() } else { format!("out-{rep}") });
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_creator-etl"));
+        let wrap = std::env::var("FLEET_BENCH_WRAP").unwrap_or_default();
+        let mut wrapper = wrap.split_whitespace();
+        let mut cmd = match wrapper.next() {
+            Some(program) => {
+                let mut c = Command::new(program);
+                c.args(wrapper).arg(env!("CARGO_BIN_EXE_creator-etl"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_creator-etl")),
+        };
         cmd.args(["--quiet", "--base-url", &emu.base_url, "--out", out.to_str().unwrap(), "fleet", "run", "--config"])
             .arg(&file)
             .args(["--max-loads", &max_loads.to_string(), "--warehouse", &warehouse])

@@ -398,6 +398,12 @@ impl EmulatorState {
         lock(&self.scripted).moves.push((n, id, to));
     }
 
+    /// The main organization's list requests that reached the handler so far: the count
+    /// [`EmulatorState::move_at_list_request`] numbers them by.
+    pub fn list_requests_seen(&self) -> u64 {
+        lock(&self.scripted).list_requests
+    }
+
     /// A list request of the main organization arrived: the moves due at it.
     pub(crate) fn list_request_arrived(&self, store: &mut Store) {
         let mut scripted = lock(&self.scripted);

@@ -98,7 +98,16 @@ impl Crawl<'_> {
     /// rows seen disagree with the service's count, or the count moved during the pass, up to
     /// `max_passes`.
     pub async fn status(&mut self, status: &ApplicationStatus, max_passes: u32) -> Result<StatusOutcome, ExtractError> {
-        let mut pass = self.current_pass(status);
+        self.status_from(status, self.current_pass(status), max_passes).await
+    }
+
+    /// [`Crawl::status`] from `pass` on: a pass after the last landed one reads the status again.
+    pub async fn status_from(
+        &mut self,
+        status: &ApplicationStatus,
+        mut pass: u32,
+        max_passes: u32,
+    ) -> Result<StatusOutcome, ExtractError> {
         loop {
             self.first_pages(&[(status.clone(), pass)]).await?;
             let missing = self.missing_pages(status, pass);
@@ -121,6 +130,20 @@ impl Crawl<'_> {
             );
             pass += 1;
         }
+    }
+
+    /// Page 1 of a status again, as a probe of its count: landed (its rows are observations) but
+    /// part of no pass, so a resumed run never continues it. The service's count and the rows,
+    /// `(applied_at in µs, id)`, newest first.
+    pub async fn probe(&mut self, status: &ApplicationStatus) -> Result<(u64, Vec<(i64, i64)>), ExtractError> {
+        let fetched = self
+            .client
+            .list_applications(&self.query(status, 1))
+            .await
+            .map_err(|e| ExtractError::api(format!("applications `{status}` page 1 (closing check)"), e))?;
+        self.land(&fetched, None, None, None)?;
+        let rows = fetched.value.data.iter().map(|a| (a.applied_at.timestamp_micros(), a.id)).collect();
+        Ok((fetched.value.meta.row_count, rows))
     }
 
     /// The pages a status's pass still lacks, page 1 landed: in the pass's direction (see

@@ -14,7 +14,7 @@ use super::landing::{self, Landing};
 use super::plan::{self, Plan};
 use super::quick::{self, Snapshot};
 use super::raw::{self, RawWriter};
-use super::report::{self, ExtractReport, Findings, Invocation, RunStatus};
+use super::report::{self, ClosingCheck, ExtractReport, Findings, Invocation, RunStatus};
 use super::runs::{self, QuickLanding, RunSpec};
 use super::{ExtractConfig, ExtractError, SyncMode};
 use crate::api::models::ApplicationStatus;
@@ -50,8 +50,8 @@ struct Run<'a> {
 }
 
 /// Opens a run and lands page 1 of every status: enough for the plan. The caller holds the lock
-/// on the output directory. `snapshot` is the previous sync's lists, for a quick sync (see
-/// [`plan::choose_mode`]). On failure or interruption the landing and the report are saved
+/// on the output directory. `snapshot` is the previous sync's lists: what a quick sync compares
+/// with (see [`plan::choose_mode`]), and what the closing check looks for in any mode. On failure or interruption the landing and the report are saved
 /// before the error is returned, and the next run resumes.
 pub async fn begin<'a>(
     config: &'a ExtractConfig,
@@ -207,8 +207,8 @@ impl<'a> Run<'a> {
                 let outcome = crawl.status(status, spec.max_passes).await?;
                 findings.outcomes.insert(status.to_string(), outcome);
             }
-            close(&mut crawl, snapshot, &config.statuses, spec.max_passes, &mut findings).await?;
-            for (status, outcome) in findings.outcomes.iter().filter(|(_, o)| !o.converged) {
+            let unsettled = close(&mut crawl, snapshot, &config.statuses, spec.max_passes, &mut findings).await?;
+            for (status, outcome) in findings.outcomes.iter().filter(|(s, o)| !o.converged && !unsettled.contains(s)) {
                 let what = if outcome.seen == outcome.row_count {
                     format!("its count moved during each of {} passes", outcome.passes)
                 } else {
@@ -307,6 +307,15 @@ async fn locate_changes(
     let names: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
     let per_page = u64::from(MAX_APPLICATIONS_PER_PAGE);
     let mut asked = HashSet::new();
+    // A status with a second pass was read in full by an earlier invocation of this run (while
+    // locating, or by the closing check): its pages of the first pass no longer locate it.
+    for s in statuses {
+        if crawl.landing.last_pass(s.as_str()).is_some_and(|p| p > 1) {
+            let outcome = crawl.status(s, max_passes).await?;
+            findings.outcomes.insert(s.to_string(), outcome);
+            findings.read_in_full.insert(s.to_string(), "read in full by an earlier invocation of this run".into());
+        }
+    }
     loop {
         let in_full = findings.read_in_full.keys().cloned().collect();
         let latest = crawl.landing.latest_statuses();
@@ -347,65 +356,98 @@ async fn locate_changes(
 
 /// The closing check, once every status is read or located. A list can change after it was read
 /// while another is still read: an application that moved from an unread page of one status into
-/// a status already read is on no page read. The check runs when that may have happened:
+/// a status already read is on no page read. The check runs when that may have happened in this
+/// invocation:
 /// - an application of the previous sync's lists was seen nowhere and not kept
 ///   ([`quick::vanished`]): it left the scope, or moved so;
-/// - or some status's count moved while this run read it (the lists were changing).
+/// - or the pages of some status that this invocation read reported different counts (the
+///   lists were changing).
 ///
-/// The statuses are checked one after another in their lifecycle order (`pending` first, as
-/// [`ApplicationStatus::KNOWN`] lists them): page 1 is read again, as the first page of a new
-/// pass, and a status whose count moved since it was read is read in full again before the next
-/// status is checked (a located one stops being located). So every status is read last after the
-/// statuses before it: an application that moves forward in the lifecycle while the check runs
-/// was on a page read of the status it left, or is on one of the status it entered. The check
-/// repeats while a count moved, up to `max_passes` times. What is still unseen once the counts
-/// held has left the scope (or moved where another application's move hid it in the count, until
-/// the next run). Costs nothing when the lists held still and nothing vanished.
+/// Each round reads page 1 of every status again as a probe ([`Crawl::probe`]), one status after
+/// another in their lifecycle order ([`ApplicationStatus::KNOWN`]). A status whose count rose
+/// by more than the applications newer than its first page's that the probe shows (arrivals,
+/// which the probe itself lands) had an application move into it after it was read: it is read
+/// in full again (a located one stops being located) before the next status is probed. A count
+/// that fell needs nothing: what left was seen before it left, and is found where it went when
+/// that count rose. A round follows while the last one read a status again, up to `max_passes`
+/// rounds; a check whose last round still read a status again did not settle: those statuses
+/// are returned, warned of and not converged. Costs nothing when the lists held still and nothing vanished.
 async fn close(
     crawl: &mut Crawl<'_>,
     snapshot: Option<&Snapshot>,
     statuses: &[ApplicationStatus],
     max_passes: u32,
     findings: &mut Findings,
-) -> Result<(), ExtractError> {
+) -> Result<Vec<String>, ExtractError> {
     let names: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
+    let kept: HashSet<i64> = findings.located.values().flat_map(|l| l.kept.iter().copied()).collect();
+    let latest = crawl.landing.latest_statuses();
+    let vanished = snapshot.and_then(|snap| quick::vanished(snap, &names, &latest, &kept).into_iter().next());
+    let reason = match vanished {
+        Some((from, id)) => format!("application {id} left `{from}` and is on none of the pages read"),
+        None if crawl.landing.count_moved_in(crawl.invocation) => "a count moved while the lists were read".to_owned(),
+        None => return Ok(vec![]),
+    };
     let mut order = statuses.to_vec();
     order.sort_by_key(|s| ApplicationStatus::KNOWN.iter().position(|k| k == s).unwrap_or(usize::MAX));
-    let mut why = crawl.landing.any_count_moved().then(|| "a count moved while the lists were read".to_owned());
-    for _ in 0..max_passes {
-        let kept: HashSet<i64> = findings.located.values().flat_map(|l| l.kept.iter().copied()).collect();
-        let latest = crawl.landing.latest_statuses();
-        if let Some((from, id)) =
-            snapshot.and_then(|snap| quick::vanished(snap, &names, &latest, &kept).into_iter().next())
-        {
-            why = Some(format!("application {id} left `{from}` and is on none of the pages read"));
-        }
-        let Some(reason) = why.take() else { break };
+    let mut check = ClosingCheck { reason: reason.clone(), settled: true, ..ClosingCheck::default() };
+    let mut again_last_round = vec![];
+    while check.rounds < max_passes.max(1) {
+        check.rounds += 1;
+        again_last_round.clear();
         for status in &order {
-            let was = match findings.located.get(status.as_str()) {
-                Some(l) => l.row_count,
-                None => findings.outcomes.get(status.as_str()).map_or(0, |o| o.row_count),
+            // What the status was when it was last read: its count and its newest row.
+            let (was, newest) = match findings.located.get(status.as_str()) {
+                Some(l) => (l.row_count, crawl.landing.page(status.as_str(), 1, 1)),
+                None => {
+                    let pass = crawl.current_pass(status);
+                    (
+                        crawl.landing.pass_check(status.as_str(), pass).row_count,
+                        crawl.landing.page(status.as_str(), pass, 1),
+                    )
+                }
             };
-            let pass = crawl.current_pass(status) + 1;
-            crawl.first_pages(&[(status.clone(), pass)]).await?;
-            let now = crawl.landing.page(status.as_str(), pass, 1).map_or(was, |p| p.row_count);
-            if now == was {
+            let newest = newest.and_then(|p| p.applied_at.first().copied()).unwrap_or(i64::MIN);
+            let (now, rows) = crawl.probe(status).await?;
+            let arrived = rows.iter().take_while(|(at, _)| *at > newest).count() as u64;
+            if now <= was + arrived {
                 continue;
             }
-            let moved = format!("{reason}, and the count of `{status}` moved from {was} to {now} after it was read");
-            tracing::info!(status = %status, reason = %moved, "reading the status again");
-            let outcome = crawl.status(status, max_passes).await?;
+            let why = format!(
+                "{reason}; the count of `{status}` rose from {was} to {now} after it was read, {arrived} of it new applications"
+            );
+            tracing::info!(status = %status, reason = %why, "closing check: reading the status again");
+            let outcome = crawl.status_from(status, crawl.current_pass(status) + 1, max_passes).await?;
             if findings.located.remove(status.as_str()).is_some() {
-                findings.read_in_full.insert(status.to_string(), moved);
+                findings.read_in_full.insert(status.to_string(), why);
             }
             findings.outcomes.insert(status.to_string(), outcome);
-            why = Some("a count moved after its list was read".to_owned());
+            *check.read_again.entry(status.to_string()).or_default() += 1;
+            again_last_round.push(status.to_string());
+        }
+        if again_last_round.is_empty() {
+            break;
         }
     }
-    // A row kept from the snapshot and seen again (page 1 read again) is the service's as seen.
+    if !again_last_round.is_empty() {
+        check.settled = false;
+        findings.warnings.push(format!(
+            "closing check: the lists were still changing after {} rounds (`{}` read again in the last): an application that moved may be missing until the next run",
+            check.rounds,
+            again_last_round.join("`, `")
+        ));
+        for s in &again_last_round {
+            if let Some(o) = findings.outcomes.get_mut(s) {
+                o.converged = false;
+            }
+        }
+    }
+    // A row kept from the snapshot and seen again (on a probe, or in a status read again) is the
+    // service's as seen.
     let latest = crawl.landing.latest_statuses();
     for l in findings.located.values_mut() {
         l.kept.retain(|id| !latest.contains_key(id));
     }
-    Ok(())
+    findings.closing_check = Some(check);
+    Ok(again_last_round)
 }

@@ -205,9 +205,11 @@ impl Landing {
         }
     }
 
+    /// A page of a pass, or (no pass) a closing check's probe: its rows are observations, and it
+    /// is part of no pass.
     fn ingest_page(&mut self, r: &RawRecord) {
-        let (Some(status), Some(page), Some(pass)) =
-            (r.query.get("status"), r.query.get("page").and_then(|p| p.parse::<u64>().ok()), r.pass)
+        let (Some(status), Some(page)) =
+            (r.query.get("status"), r.query.get("page").and_then(|p| p.parse::<u64>().ok()))
         else {
             return;
         };
@@ -216,8 +218,10 @@ impl Landing {
         };
         let ids = body.data.iter().map(|a| a.id).collect();
         let applied_at = body.data.iter().map(|a| a.applied_at.timestamp_micros()).collect();
+        // A row first seen on a probe was found after every pass.
+        let seen_in = r.pass.unwrap_or(u32::MAX);
         for app in body.data {
-            let first_pass = self.observations.get(&app.id).map_or(pass, |o| o.first_pass.min(pass));
+            let first_pass = self.observations.get(&app.id).map_or(seen_in, |o| o.first_pass.min(seen_in));
             let newer = self.observations.get(&app.id).is_none_or(|o| o.seq < r.seq);
             if newer {
                 self.observations
@@ -232,7 +236,9 @@ impl Landing {
             ids,
             applied_at,
         };
-        self.pages.entry((status.clone(), pass)).or_default().insert(page, info);
+        if let Some(pass) = r.pass {
+            self.pages.entry((status.clone(), pass)).or_default().insert(page, info);
+        }
     }
 
     /// The highest pass of a status with any page landed.
@@ -278,14 +284,15 @@ impl Landing {
             .collect()
     }
 
-    /// Whether some status's pages in this run reported different counts: its list changed while
-    /// the run read it (or between two invocations of it).
-    pub fn any_count_moved(&self) -> bool {
+    /// Whether some status's pages landed by `invocation` reported different counts: its list
+    /// changed while this invocation read it.
+    pub fn count_moved_in(&self, invocation: u32) -> bool {
         let mut counts: HashMap<&str, u64> = HashMap::new();
         self.pages
             .iter()
-            .flat_map(|((s, _), pages)| pages.values().map(move |p| (s.as_str(), p.row_count)))
-            .any(|(s, n)| *counts.entry(s).or_insert(n) != n)
+            .flat_map(|((s, _), pages)| pages.values().map(move |p| (s.as_str(), p)))
+            .filter(|(_, p)| p.invocation == invocation)
+            .any(|(s, p)| *counts.entry(s).or_insert(p.row_count) != p.row_count)
     }
 
     /// Every application seen, with the status it was last seen in.

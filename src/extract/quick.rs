@@ -244,13 +244,12 @@ pub enum Round {
 /// - `latest`: every application seen in this sync, with the status it was last seen in;
 /// - `in_full`: statuses already read in full.
 ///
-/// An application that left a status (one located, or one read in full) and is on none of the
-/// pages read ([`vanished`]) is on an unread page of a status in scope, or in a list read before
-/// it moved there, or gone from the scope (another status when `--statuses` names some, another
-/// campaign's list, or deleted). Only reading can tell, so every status in scope that still has
-/// unread pages is read in full; the extract then reads page 1 of every status again to find a
-/// list that changed after it was read (see `close` in the extraction), and whatever is still
-/// unseen has left the scope.
+/// An application that left a located status and is on none of the pages read is on an unread
+/// page of a status in scope, or in a list read before it moved there, or gone from the scope
+/// (another status when `--statuses` names some, another campaign's list, or deleted). Only
+/// reading can tell, so every status in scope that still has unread pages is read in full. The
+/// extract's closing check then looks for what moved into a list after it was read (one that
+/// left a status read in full, too: [`vanished`]); whatever is still unseen has left the scope.
 /// This holds for every scope: with a subset of statuses, the counts of the statuses in scope
 /// cannot show where it went (one leaving to a status out of scope can cancel it in a count).
 pub fn round(
@@ -281,7 +280,11 @@ pub fn round(
         return Round::Fetch(fetch);
     }
     let kept: HashSet<i64> = done.values().flat_map(|l| l.kept.iter().copied()).collect();
-    if let Some((from, id)) = vanished(snapshot, statuses, latest, &kept).into_iter().next() {
+    let lost = done
+        .iter()
+        .flat_map(|(s, l)| l.left.iter().map(move |id| (s, *id)))
+        .find(|(_, id)| !latest.contains_key(id) && !kept.contains(id));
+    if let Some((from, id)) = lost {
         let unread: Vec<(String, String)> = done
             .iter()
             .filter(|(_, l)| !l.kept.is_empty())
@@ -296,7 +299,7 @@ pub fn round(
 
 /// The applications of the snapshot's lists in scope (with the status the snapshot had) that this
 /// sync saw in no status and did not keep: gone from the scope, or moved into a list after the
-/// pages read of it. Whatever the status of their snapshot, one located or one read in full.
+/// pages read of it; whether their status was located or read in full.
 pub fn vanished(
     snapshot: &Snapshot,
     statuses: &[String],

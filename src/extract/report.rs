@@ -146,6 +146,21 @@ pub struct ExtractReport {
     /// Quick or full, and what it verified.
     #[serde(default)]
     pub sync: SyncSummary,
+    /// The closing check, when this invocation made one (see the extract's manual page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closing_check: Option<ClosingCheck>,
+}
+
+/// What the closing check did: why it ran, its rounds (page 1 of every status each), the
+/// statuses it read again, and whether the counts held at its end.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClosingCheck {
+    pub reason: String,
+    pub rounds: u32,
+    /// Status → times it was read again.
+    pub read_again: BTreeMap<String, u32>,
+    /// False when the last round still read a status again: the lists were still changing.
+    pub settled: bool,
 }
 
 /// What an invocation found besides its landing, for the report.
@@ -159,6 +174,7 @@ pub(crate) struct Findings {
     pub read_in_full: BTreeMap<String, String>,
     pub warnings: Vec<String>,
     pub durations_ms: ExtractTimings,
+    pub closing_check: Option<ClosingCheck>,
 }
 
 /// Milliseconds per step of an extract (`durations_ms`), each when this invocation got to it.
@@ -197,7 +213,7 @@ pub(crate) fn build(
     invocation: Invocation,
     findings: Findings,
 ) -> ExtractReport {
-    let Findings { outcomes, located, read_in_full, mut warnings, durations_ms } = findings;
+    let Findings { outcomes, located, read_in_full, mut warnings, durations_ms, closing_check } = findings;
     let mut applications = BTreeMap::new();
     for s in &config.statuses {
         let key = s.to_string();
@@ -250,6 +266,7 @@ pub(crate) fn build(
         warnings,
         error: invocation.error,
         raw_dir: config.out.raw_dir(&spec.run_id),
+        closing_check,
         sync,
     }
 }

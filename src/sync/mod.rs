@@ -322,8 +322,8 @@ pub async fn push_to_lake(
 }
 
 /// What a sync takes from the warehouse before it sends anything (blocking: DuckDB): the
-/// previous sync's lists, for a quick sync (a full sync compares with nothing), and the last
-/// content day loaded, where incremental content starts. Read from `writer` when the caller has
+/// previous sync's lists (a quick sync compares with them; a full one's closing check looks for
+/// what vanished from them), and the last content day loaded, where incremental content starts. Read from `writer` when the caller has
 /// it open, else from the freshest file read-only. The extract config comes back with the cursor.
 pub fn read_previous(
     config: &ExtractConfig,

@@ -311,48 +311,86 @@ fn a_quick_sync_under_drift_completes_and_loses_nothing() {
 }
 
 /// Regression (found under drift): an application left its status for one whose only page was
-/// already read, before its own page was read. It is on no page read, in a quick
-/// sync and in a full one. The closing check reads page 1 of every status again, finds that
-/// status's count moved, and reads it again: nothing is lost, and the warehouse is the truth.
+/// already read, before its own page was read. It is on no page read, in a quick sync and in a
+/// full one. The closing check probes page 1 of every status again, finds that status's count
+/// rose, and reads it again: nothing is lost, and the warehouse is the truth. Two ways in:
+/// - `drift`: another change first, so the quick sync reads past the first pages, then the move
+///   once every first page was answered; the moved-from status's pages disagree on its count;
+/// - `still`: the move just before page 1 of the status it leaves, which then reads as if it had
+///   always been so; only the application missing from the previous lists starts the check.
 #[test]
 fn an_application_that_moved_into_a_list_already_read_is_found_by_the_closing_check() {
-    for mode in ["quick", "full"] {
+    for (mode, way) in [("quick", "drift"), ("full", "drift"), ("quick", "still"), ("full", "still")] {
         let emu = TestEmu::start(config(1_500));
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         sync(&emu, &out, &[]);
-        let truth_now = truth(&emu);
         let of = |st: &ApplicationStatus| -> Vec<i64> {
             let apps = emu.state.applications(MAIN_ORG);
             apps.iter().filter(|a| a.status == *st).map(|a| a.id).collect()
         };
         let known = ApplicationStatus::KNOWN;
-        let big = known.iter().max_by_key(|s| of(s).len()).unwrap().clone();
-        let list = of(&big);
-        assert!(list.len() > 200, "`{big}` has {} rows", list.len());
-        // A status whose one page is read with the first pages, and another.
-        let small = known.iter().find(|s| **s != big && (1..=100).contains(&of(s).len())).expect("one page").clone();
-        let other = known.iter().find(|s| **s != big && **s != small).unwrap().clone();
-        // A change before the run, so that the quick sync reads past the first pages.
-        emu.state.set_application_status(list[list.len() / 2], other);
-        // Then, once page 1 of every status was answered (one request at a time), application
-        // `moved` leaves the last page of `big` for `small`.
-        let moved = list[list.len() - 5];
-        let first = emu.state.requests_to("GET /campaign_applications");
-        emu.state.move_at_list_request(first + 7, moved, small.clone());
+        // A status whose one page is read with the first pages.
+        let small = known.iter().position(|s| (1..=100).contains(&of(s).len())).expect("a status of one page");
+        // With one request at a time, page 1 of each status is the `k`-th list request, in this order.
+        let first = emu.state.list_requests_seen();
+        let (from, moved, at) = if way == "drift" {
+            let big = known.iter().position(|s| of(s).len() > 200).expect("a status of 3 pages");
+            let list = of(&known[big]);
+            let other = known.iter().find(|s| **s != known[big] && **s != known[small]).unwrap();
+            emu.state.set_application_status(list[list.len() / 2], other.clone());
+            (big, list[list.len() - 5], first + 7)
+        } else {
+            let after = (small + 1..known.len()).find(|i| !of(&known[*i]).is_empty()).expect("a status after it");
+            (after, of(&known[after])[0], first + after as u64 + 1)
+        };
+        let (from, small) = (&known[from], &known[small]);
+        emu.state.move_at_list_request(at, moved, small.clone());
         let report = sync(&emu, &out, &["--sync", mode, "--concurrency", "1"]);
-        assert_eq!(report["extract"]["sync"]["mode"], mode, "{}", report["extract"]["sync"]);
-        assert_eq!(truth(&emu)[&moved].0, small.as_str(), "the move happened");
-        assert!(truth_now.contains_key(&moved));
+        let what = format!("{mode}, {way}: {moved} from `{from}` to `{small}`");
+        assert_eq!(report["extract"]["sync"]["mode"], mode, "{what}: {}", report["extract"]["sync"]);
+        assert_eq!(truth(&emu)[&moved].0, small.as_str(), "{what}: the move happened");
         let got = warehouse(&out);
-        assert_eq!(got.get(&moved).map(|x| x.0.as_str()), Some(small.as_str()), "{mode}: {moved} is found");
-        assert_eq!(got, truth(&emu), "{mode}");
-        let small_report = &report["extract"]["applications"][small.as_str()];
-        assert!(small_report["pages_fetched"].as_u64().unwrap() >= 2, "{mode}: page 1 read again: {small_report}");
+        assert_eq!(got.get(&moved).map(|x| x.0.as_str()), Some(small.as_str()), "{what}: found");
+        assert_eq!(got, truth(&emu), "{what}");
+        let check = &report["extract"]["closing_check"];
+        assert_eq!(check["read_again"][small.as_str()], 1, "{what}: {check}");
+        assert_eq!(check["settled"], true, "{what}: {check}");
+        assert_eq!(report["extract"]["applications"][small.as_str()]["passes"], 2, "{what}");
+        if way == "still" {
+            let reason = check["reason"].as_str().unwrap();
+            assert!(reason.contains(&format!("application {moved} left `{from}`")), "{what}: {reason}");
+        }
         if mode == "quick" {
             let why = report["extract"]["sync"]["read_in_full"][small.as_str()].as_str().unwrap_or_default();
-            assert!(why.contains(&format!("application {moved} left `{big}`")), "{why}");
+            assert!(why.contains(&format!("the count of `{small}` rose")), "{what}: {why}");
         }
+    }
+}
+
+/// An application gone from the scope (here to a status outside `--statuses`) starts the
+/// closing check once: one round of probes, nothing read again, the application dropped. The
+/// next run has nothing missing and makes no check.
+#[test]
+fn the_closing_check_costs_one_round_when_an_application_left_the_scope() {
+    let emu = TestEmu::start(config(1_500));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let scope = ["--statuses", "pending,accepted,rejected"];
+    sync(&emu, &out, &scope);
+    let gone = pick(&emu, &ApplicationStatus::Accepted, &mut fastrand::Rng::with_seed(5));
+    emu.state.set_application_status(gone, ApplicationStatus::PendingContract);
+    for (mode, checked) in [("full", true), ("full", false)] {
+        let report = sync(&emu, &out, &[&scope[..], &["--sync", mode]].concat());
+        let check = &report["extract"]["closing_check"];
+        if checked {
+            assert_eq!(check["rounds"], 1, "{check}");
+            assert_eq!(check["read_again"], serde_json::json!({}), "{check}");
+            assert!(check["reason"].as_str().unwrap().contains(&format!("application {gone} left `accepted`")));
+        } else {
+            assert!(check.is_null(), "{check}");
+        }
+        assert!(!warehouse(&out).contains_key(&gone));
     }
 }
 
