@@ -203,6 +203,10 @@ pub struct EmulatorState {
 struct Scripted {
     list_requests: u64,
     moves: Vec<(u64, i64, ApplicationStatus)>,
+    /// `(status, page, n)`: the n-th request for that page answers 500; and the requests so far
+    /// per page.
+    failures: Vec<(ApplicationStatus, u64, u32)>,
+    per_page: HashMap<(ApplicationStatus, u64), u32>,
 }
 
 #[derive(Debug, Default)]
@@ -402,6 +406,21 @@ impl EmulatorState {
     /// [`EmulatorState::move_at_list_request`] numbers them by.
     pub fn list_requests_seen(&self) -> u64 {
         lock(&self.scripted).list_requests
+    }
+
+    /// Answers the main organization's `n`-th request for page `page` of `status` with a 500 (a
+    /// test knob: a failure at a chosen point of a crawl).
+    pub fn fail_list_request(&self, status: ApplicationStatus, page: u64, n: u32) {
+        lock(&self.scripted).failures.push((status, page, n));
+    }
+
+    /// Whether this request of the main organization for a page is one to fail.
+    pub(crate) fn scripted_failure(&self, status: &ApplicationStatus, page: u64) -> bool {
+        let mut scripted = lock(&self.scripted);
+        let n = scripted.per_page.entry((status.clone(), page)).or_default();
+        *n += 1;
+        let n = *n;
+        scripted.failures.iter().any(|(s, p, k)| s == status && *p == page && *k == n)
     }
 
     /// A list request of the main organization arrived: the moves due at it.

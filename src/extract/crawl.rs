@@ -98,16 +98,7 @@ impl Crawl<'_> {
     /// rows seen disagree with the service's count, or the count moved during the pass, up to
     /// `max_passes`.
     pub async fn status(&mut self, status: &ApplicationStatus, max_passes: u32) -> Result<StatusOutcome, ExtractError> {
-        self.status_from(status, self.current_pass(status), max_passes).await
-    }
-
-    /// [`Crawl::status`] from `pass` on: a pass after the last landed one reads the status again.
-    pub async fn status_from(
-        &mut self,
-        status: &ApplicationStatus,
-        mut pass: u32,
-        max_passes: u32,
-    ) -> Result<StatusOutcome, ExtractError> {
+        let mut pass = self.current_pass(status);
         loop {
             self.first_pages(&[(status.clone(), pass)]).await?;
             let missing = self.missing_pages(status, pass);

@@ -14,8 +14,8 @@ use super::landing::{self, Landing};
 use super::plan::{self, Plan};
 use super::quick::{self, Snapshot};
 use super::raw::{self, RawWriter};
-use super::report::{self, ClosingCheck, ExtractReport, Findings, Invocation, RunStatus};
-use super::runs::{self, QuickLanding, RunSpec};
+use super::report::{self, ExtractReport, Findings, Invocation, RunStatus};
+use super::runs::{self, ClosingCheck, QuickLanding, RunSpec};
 use super::{ExtractConfig, ExtractError, SyncMode};
 use crate::api::models::ApplicationStatus;
 use crate::api::{Client, MAX_APPLICATIONS_PER_PAGE};
@@ -207,8 +207,9 @@ impl<'a> Run<'a> {
                 let outcome = crawl.status(status, spec.max_passes).await?;
                 findings.outcomes.insert(status.to_string(), outcome);
             }
-            let unsettled = close(&mut crawl, snapshot, &config.statuses, spec.max_passes, &mut findings).await?;
-            for (status, outcome) in findings.outcomes.iter().filter(|(s, o)| !o.converged && !unsettled.contains(s)) {
+            close(&mut crawl, &config.out, &spec.run_id, snapshot, &config.statuses, spec.max_passes, &mut findings)
+                .await?;
+            for (status, outcome) in findings.outcomes.iter().filter(|(_, o)| !o.converged) {
                 let what = if outcome.seen == outcome.row_count {
                     format!("its count moved during each of {} passes", outcome.passes)
                 } else {
@@ -356,98 +357,98 @@ async fn locate_changes(
 
 /// The closing check, once every status is read or located. A list can change after it was read
 /// while another is still read: an application that moved from an unread page of one status into
-/// a status already read is on no page read. The check runs when that may have happened in this
-/// invocation:
+/// a status already read is on no page read. The check is made once a run (its progress is kept
+/// in `closing.json`, so a resumed invocation continues it and never makes it twice) when that
+/// may have happened:
 /// - an application of the previous sync's lists was seen nowhere and not kept
 ///   ([`quick::vanished`]): it left the scope, or moved so;
-/// - or the pages of some status that this invocation read reported different counts (the
-///   lists were changing).
+/// - or two pages of a status reported different counts (the lists changed during the run).
 ///
-/// Each round reads page 1 of every status again as a probe ([`Crawl::probe`]), one status after
-/// another in their lifecycle order ([`ApplicationStatus::KNOWN`]). A status whose count rose
-/// by more than the applications newer than its first page's that the probe shows (arrivals,
-/// which the probe itself lands) had an application move into it after it was read: it is read
-/// in full again (a located one stops being located) before the next status is probed. A count
-/// that fell needs nothing: what left was seen before it left, and is found where it went when
-/// that count rose. A round follows while the last one read a status again, up to `max_passes`
-/// rounds; a check whose last round still read a status again did not settle: those statuses
-/// are returned, warned of and not converged. Costs nothing when the lists held still and nothing vanished.
+/// It reads page 1 of every status again as a probe ([`Crawl::probe`]), one status after another
+/// in their lifecycle order ([`ApplicationStatus::KNOWN`]). A status whose count rose since page 1
+/// of its last pass by more than the applications newer than that page's newest (arrivals, which
+/// the probe lands) had an application move into it after it was read: it is read in full again,
+/// as a new pass, before the next status is probed. A count that fell needs nothing: what left
+/// was seen before it left, and is found where it went. One round is enough: once the statuses
+/// are read, every application in scope was seen or kept, and a move during the check leaves a
+/// status stale, never missing. Costs nothing when the lists held still and nothing vanished.
 async fn close(
     crawl: &mut Crawl<'_>,
+    out: &crate::out::OutDir,
+    run_id: &str,
     snapshot: Option<&Snapshot>,
     statuses: &[ApplicationStatus],
     max_passes: u32,
     findings: &mut Findings,
-) -> Result<Vec<String>, ExtractError> {
-    let names: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
-    let kept: HashSet<i64> = findings.located.values().flat_map(|l| l.kept.iter().copied()).collect();
-    let latest = crawl.landing.latest_statuses();
-    let vanished = snapshot.and_then(|snap| quick::vanished(snap, &names, &latest, &kept).into_iter().next());
-    let reason = match vanished {
-        Some((from, id)) => format!("application {id} left `{from}` and is on none of the pages read"),
-        None if crawl.landing.count_moved_in(crawl.invocation) => "a count moved while the lists were read".to_owned(),
-        None => return Ok(vec![]),
+) -> Result<(), ExtractError> {
+    let mut check = match runs::read_closing(out, run_id)? {
+        Some(check) => check,
+        None => {
+            let names: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
+            let kept: HashSet<i64> = findings.located.values().flat_map(|l| l.kept.iter().copied()).collect();
+            let latest = crawl.landing.latest_statuses();
+            let vanished = snapshot.and_then(|snap| quick::vanished(snap, &names, &latest, &kept).into_iter().next());
+            let reason = match vanished {
+                Some((from, id)) => format!("application {id} left `{from}` and is on none of the pages read"),
+                None if crawl.landing.any_count_moved() => "a count moved while the lists were read".to_owned(),
+                None => return Ok(()),
+            };
+            ClosingCheck { reason, ..ClosingCheck::default() }
+        }
     };
     let mut order = statuses.to_vec();
     order.sort_by_key(|s| ApplicationStatus::KNOWN.iter().position(|k| k == s).unwrap_or(usize::MAX));
-    let mut check = ClosingCheck { reason: reason.clone(), settled: true, ..ClosingCheck::default() };
-    let mut again_last_round = vec![];
-    while check.rounds < max_passes.max(1) {
-        check.rounds += 1;
-        again_last_round.clear();
-        for status in &order {
-            // What the status was when it was last read: its count and its newest row.
-            let (was, newest) = match findings.located.get(status.as_str()) {
-                Some(l) => (l.row_count, crawl.landing.page(status.as_str(), 1, 1)),
-                None => {
-                    let pass = crawl.current_pass(status);
-                    (
-                        crawl.landing.pass_check(status.as_str(), pass).row_count,
-                        crawl.landing.page(status.as_str(), pass, 1),
-                    )
-                }
-            };
-            let newest = newest.and_then(|p| p.applied_at.first().copied()).unwrap_or(i64::MIN);
+    while !check.done {
+        runs::write_closing(out, run_id, &check)?;
+        let Some(status) = order.get(check.probed as usize) else {
+            check.done = true;
+            runs::write_closing(out, run_id, &check)?;
+            break;
+        };
+        let reading = check.reading.clone().filter(|(s, _)| s == status.as_str());
+        let pass = if let Some((_, pass)) = reading {
+            pass
+        } else {
+            // What the status was when its last pass began: its count and its newest row.
+            let page1 = crawl.landing.page(status.as_str(), crawl.current_pass(status), 1);
+            let was = page1.map_or(0, |p| p.row_count);
+            let newest = page1.and_then(|p| p.applied_at.first().copied()).unwrap_or(i64::MIN);
             let (now, rows) = crawl.probe(status).await?;
             let arrived = rows.iter().take_while(|(at, _)| *at > newest).count() as u64;
             if now <= was + arrived {
+                check.probed += 1;
                 continue;
             }
             let why = format!(
-                "{reason}; the count of `{status}` rose from {was} to {now} after it was read, {arrived} of it new applications"
+                "{}; the count of `{status}` rose from {was} to {now} after it was read, {arrived} of it new applications",
+                check.reason
             );
             tracing::info!(status = %status, reason = %why, "closing check: reading the status again");
-            let outcome = crawl.status_from(status, crawl.current_pass(status) + 1, max_passes).await?;
-            if findings.located.remove(status.as_str()).is_some() {
-                findings.read_in_full.insert(status.to_string(), why);
-            }
-            findings.outcomes.insert(status.to_string(), outcome);
-            *check.read_again.entry(status.to_string()).or_default() += 1;
-            again_last_round.push(status.to_string());
-        }
-        if again_last_round.is_empty() {
-            break;
-        }
+            check.read_again.insert(status.to_string(), why);
+            let pass = crawl.current_pass(status) + 1;
+            check.reading = Some((status.to_string(), pass));
+            runs::write_closing(out, run_id, &check)?;
+            pass
+        };
+        // A new pass of the status, begun by this invocation or an earlier one.
+        crawl.first_pages(&[(status.clone(), pass)]).await?;
+        let outcome = crawl.status(status, max_passes).await?;
+        findings.outcomes.insert(status.to_string(), outcome);
+        check.reading = None;
+        check.probed += 1;
     }
-    if !again_last_round.is_empty() {
-        check.settled = false;
-        findings.warnings.push(format!(
-            "closing check: the lists were still changing after {} rounds (`{}` read again in the last): an application that moved may be missing until the next run",
-            check.rounds,
-            again_last_round.join("`, `")
-        ));
-        for s in &again_last_round {
-            if let Some(o) = findings.outcomes.get_mut(s) {
-                o.converged = false;
-            }
+    for (status, why) in &check.read_again {
+        // A located status read again keeps, as kept, only what no page showed (below).
+        if findings.located.contains_key(status) {
+            findings.read_in_full.insert(status.clone(), why.clone());
         }
     }
     // A row kept from the snapshot and seen again (on a probe, or in a status read again) is the
-    // service's as seen.
+    // service's as seen; one seen nowhere stays kept, with the status the warehouse has.
     let latest = crawl.landing.latest_statuses();
     for l in findings.located.values_mut() {
         l.kept.retain(|id| !latest.contains_key(id));
     }
     findings.closing_check = Some(check);
-    Ok(again_last_round)
+    Ok(())
 }

@@ -284,15 +284,14 @@ impl Landing {
             .collect()
     }
 
-    /// Whether some status's pages landed by `invocation` reported different counts: its list
-    /// changed while this invocation read it.
-    pub fn count_moved_in(&self, invocation: u32) -> bool {
+    /// Whether two pages of a status, in any pass or invocation of the run, reported different
+    /// counts: its list changed while the run read it.
+    pub fn any_count_moved(&self) -> bool {
         let mut counts: HashMap<&str, u64> = HashMap::new();
         self.pages
             .iter()
-            .flat_map(|((s, _), pages)| pages.values().map(move |p| (s.as_str(), p)))
-            .filter(|(_, p)| p.invocation == invocation)
-            .any(|(s, p)| *counts.entry(s).or_insert(p.row_count) != p.row_count)
+            .flat_map(|((s, _), pages)| pages.values().map(move |p| (s.as_str(), p.row_count)))
+            .any(|(s, n)| *counts.entry(s).or_insert(n) != n)
     }
 
     /// Every application seen, with the status it was last seen in.

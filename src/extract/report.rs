@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::crawl::StatusOutcome;
 use super::landing::{Landing, Metric};
 use super::quick::{self, Snapshot};
-use super::runs::RunSpec;
+use super::runs::{ClosingCheck, RunSpec};
 use super::{ExtractConfig, SyncMode};
 use crate::api::MetricsSnapshot;
 
@@ -146,21 +146,9 @@ pub struct ExtractReport {
     /// Quick or full, and what it verified.
     #[serde(default)]
     pub sync: SyncSummary,
-    /// The closing check, when this invocation made one (see the extract's manual page).
+    /// The run's closing check, when it has one (see the extract's manual page).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closing_check: Option<ClosingCheck>,
-}
-
-/// What the closing check did: why it ran, its rounds (page 1 of every status each), the
-/// statuses it read again, and whether the counts held at its end.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClosingCheck {
-    pub reason: String,
-    pub rounds: u32,
-    /// Status → times it was read again.
-    pub read_again: BTreeMap<String, u32>,
-    /// False when the last round still read a status again: the lists were still changing.
-    pub settled: bool,
 }
 
 /// What an invocation found besides its landing, for the report.

@@ -21,6 +21,7 @@ use crate::out::{io_err, write_atomic, write_json_atomic, OutDir, OutError};
 const SPEC_FILE: &str = "run.json";
 const COMPLETE_FILE: &str = "COMPLETE";
 const QUICK_FILE: &str = "quick.json";
+const CLOSING_FILE: &str = "closing.json";
 
 /// What a run was asked to do, stored as `run.json` so that a resumed invocation continues the
 /// same request.
@@ -272,6 +273,38 @@ impl QuickLanding {
 
 pub(crate) fn write_quick(out: &OutDir, run_id: &str, quick: &QuickLanding) -> Result<(), OutError> {
     write_json_atomic(&out.raw_dir(run_id).join(QUICK_FILE), quick)
+}
+
+/// The closing check of a run (see the extract's manual page): why it ran, how far it got, and
+/// the statuses it read again. Kept as `raw/<run>/closing.json` while the run goes on, so a
+/// resumed invocation continues it and a finished one is not made again.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClosingCheck {
+    pub reason: String,
+    /// Statuses probed so far, in the check's order.
+    pub probed: u32,
+    /// The status being read again, and the pass that reads it, when an invocation ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reading: Option<(String, u32)>,
+    /// Status → why it was read again.
+    pub read_again: BTreeMap<String, String>,
+    pub done: bool,
+}
+
+/// Saves the run's closing check, `raw/<run>/closing.json`.
+pub(crate) fn write_closing(out: &OutDir, run_id: &str, check: &ClosingCheck) -> Result<(), OutError> {
+    write_json_atomic(&out.raw_dir(run_id).join(CLOSING_FILE), check)
+}
+
+/// The run's closing check so far; `None` when it has not begun. An unreadable file (a version
+/// that wrote none, or damage) is taken as not begun: the check is made again.
+pub(crate) fn read_closing(out: &OutDir, run_id: &str) -> Result<Option<ClosingCheck>, ExtractError> {
+    let path = out.raw_dir(run_id).join(CLOSING_FILE);
+    match crate::out::read_json(&path) {
+        Ok(check) => Ok(check),
+        Err(crate::out::ReadJsonError::Io(e)) => Err(io_err("read", &path)(e).into()),
+        Err(crate::out::ReadJsonError::Parse(_)) => Ok(None),
+    }
 }
 
 /// Reads a run's `quick.json`; `None` for a full run.

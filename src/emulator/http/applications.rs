@@ -43,6 +43,9 @@ pub(super) async fn list_applications(
         Ok(p) => p,
         Err(m) => return error(StatusCode::UNPROCESSABLE_ENTITY, m),
     };
+    if caller.org == MAIN_ORG && st.scripted_failure(&status, page) {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error");
+    }
     let mut store = st.store();
     if caller.org == MAIN_ORG {
         st.list_request_arrived(&mut store);
