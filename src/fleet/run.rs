@@ -85,6 +85,10 @@ pub async fn run(jobs: Vec<Job>, options: &RunOptions, stop: CancellationToken) 
         );
     }
     let slots = Arc::new(Semaphore::new(in_flight));
+    // Shared, not copied per organization: the options hold the list of every organization
+    // (`metrics_scope`), and a copy each made the fleet's memory grow with the square of its
+    // size (about 3 GB of the 6 GB at 10,000 organizations, from a heap profile).
+    let options = Arc::new(options.clone());
     for (i, job) in jobs.into_iter().enumerate() {
         let (transport, loads, stop, options) = (transport.clone(), loads.clone(), stop.clone(), options.clone());
         let shared = fleet.as_ref().map(|(_, b)| {
