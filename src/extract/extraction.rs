@@ -190,8 +190,22 @@ impl<'a> Run<'a> {
         let mut crawl = self.crawler();
         let result = async {
             if let (SyncMode::Quick, Some(snap)) = (spec.sync, snapshot) {
-                findings.located =
-                    locate_changes(&mut crawl, snap, &config.statuses, spec.max_passes, &mut findings).await?;
+                match runs::read_quick(&config.out, &spec.run_id)? {
+                    // Located by an earlier invocation: taken as it was.
+                    Some(landed) if landed.base_run == snap.base_run => {
+                        for (s, l) in &landed.located {
+                            let outcome =
+                                StatusOutcome { passes: 1, converged: true, seen: l.row_count, row_count: l.row_count };
+                            findings.outcomes.insert(s.clone(), outcome);
+                        }
+                        (findings.located, findings.read_in_full) = (landed.located, landed.read_in_full);
+                    }
+                    _ => {
+                        findings.located =
+                            locate_changes(&mut crawl, snap, &config.statuses, spec.max_passes, &mut findings).await?;
+                        write_quick(&config.out, &spec.run_id, snap, &findings)?;
+                    }
+                }
             }
             let unread: Vec<&ApplicationStatus> =
                 config.statuses.iter().filter(|s| !findings.outcomes.contains_key(s.as_str())).collect();
@@ -223,8 +237,7 @@ impl<'a> Run<'a> {
                 ));
             }
             if let (SyncMode::Quick, Some(snap)) = (spec.sync, snapshot) {
-                let landed = QuickLanding { base_run: snap.base_run.clone(), located: findings.located.clone() };
-                runs::write_quick(&config.out, &spec.run_id, &landed)?;
+                write_quick(&config.out, &spec.run_id, snap, &findings)?;
             }
             for (status, why) in &findings.read_in_full {
                 findings.warnings.push(format!("quick sync: status `{status}` was read in full: {why}"));
@@ -296,6 +309,21 @@ impl<'a> Run<'a> {
     }
 }
 
+/// Saves a quick run's locations and the statuses it read in full (`quick.json`).
+fn write_quick(
+    out: &crate::out::OutDir,
+    run_id: &str,
+    snap: &Snapshot,
+    findings: &Findings,
+) -> Result<(), ExtractError> {
+    let landed = QuickLanding {
+        base_run: snap.base_run.clone(),
+        located: findings.located.clone(),
+        read_in_full: findings.read_in_full.clone(),
+    };
+    Ok(runs::write_quick(out, run_id, &landed)?)
+}
+
 /// Locates what changed since the snapshot: page 1 of every status is landed; reads the pages
 /// [`quick::round`] asks for, and every status it gives up on in full.
 async fn locate_changes(
@@ -362,7 +390,8 @@ async fn locate_changes(
 /// may have happened:
 /// - an application of the previous sync's lists was seen nowhere and not kept
 ///   ([`quick::vanished`]): it left the scope, or moved so;
-/// - or two pages of a status reported different counts (the lists changed during the run).
+/// - or a status's count fell between two of its pages (something left it during the run, maybe
+///   for a status already read; a count that only rose had arrivals, which lose nothing).
 ///
 /// It reads page 1 of every status again as a probe ([`Crawl::probe`]), one status after another
 /// in their lifecycle order ([`ApplicationStatus::KNOWN`]). A status whose count rose since page 1
@@ -390,7 +419,7 @@ async fn close(
             let vanished = snapshot.and_then(|snap| quick::vanished(snap, &names, &latest, &kept).into_iter().next());
             let reason = match vanished {
                 Some((from, id)) => format!("application {id} left `{from}` and is on none of the pages read"),
-                None if crawl.landing.any_count_moved() => "a count moved while the lists were read".to_owned(),
+                None if crawl.landing.any_count_fell() => "a count fell while the lists were read".to_owned(),
                 None => return Ok(()),
             };
             ClosingCheck { reason, ..ClosingCheck::default() }
@@ -400,7 +429,16 @@ async fn close(
     order.sort_by_key(|s| ApplicationStatus::KNOWN.iter().position(|k| k == s).unwrap_or(usize::MAX));
     while !check.done {
         runs::write_closing(out, run_id, &check)?;
+        findings.closing_check = Some(check.clone());
         let Some(status) = order.get(check.probed as usize) else {
+            let names: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
+            let kept: HashSet<i64> = findings.located.values().flat_map(|l| l.kept.iter().copied()).collect();
+            let latest = crawl.landing.latest_statuses();
+            let missing: Vec<i64> = snapshot
+                .map(|snap| quick::vanished(snap, &names, &latest, &kept).into_iter().map(|(_, id)| id).collect())
+                .unwrap_or_default();
+            check.still_missing = missing.len() as u64;
+            check.still_missing_ids = missing.into_iter().take(10).collect();
             check.done = true;
             runs::write_closing(out, run_id, &check)?;
             break;
@@ -428,6 +466,7 @@ async fn close(
             let pass = crawl.current_pass(status) + 1;
             check.reading = Some((status.to_string(), pass));
             runs::write_closing(out, run_id, &check)?;
+            findings.closing_check = Some(check.clone());
             pass
         };
         // A new pass of the status, begun by this invocation or an earlier one.

@@ -218,8 +218,8 @@ impl Landing {
         };
         let ids = body.data.iter().map(|a| a.id).collect();
         let applied_at = body.data.iter().map(|a| a.applied_at.timestamp_micros()).collect();
-        // A row first seen on a probe was found after every pass.
-        let seen_in = r.pass.unwrap_or(u32::MAX);
+        // A row first seen on a probe (pass 0) is an arrival, not a row a re-crawl recovered.
+        let seen_in = r.pass.unwrap_or(0);
         for app in body.data {
             let first_pass = self.observations.get(&app.id).map_or(seen_in, |o| o.first_pass.min(seen_in));
             let newer = self.observations.get(&app.id).is_none_or(|o| o.seq < r.seq);
@@ -284,14 +284,16 @@ impl Landing {
             .collect()
     }
 
-    /// Whether two pages of a status, in any pass or invocation of the run, reported different
-    /// counts: its list changed while the run read it.
-    pub fn any_count_moved(&self) -> bool {
-        let mut counts: HashMap<&str, u64> = HashMap::new();
-        self.pages
+    /// Whether a status's count fell between two of its pages, in the order they were landed (any
+    /// pass or invocation of the run): an application left it while the run read the lists.
+    pub fn any_count_fell(&self) -> bool {
+        let mut pages: Vec<(&str, u64, u64)> = self
+            .pages
             .iter()
-            .flat_map(|((s, _), pages)| pages.values().map(move |p| (s.as_str(), p.row_count)))
-            .any(|(s, n)| *counts.entry(s).or_insert(n) != n)
+            .flat_map(|((s, _), pages)| pages.values().map(move |p| (s.as_str(), p.seq, p.row_count)))
+            .collect();
+        pages.sort_unstable();
+        pages.windows(2).any(|w| w[0].0 == w[1].0 && w[1].2 < w[0].2)
     }
 
     /// Every application seen, with the status it was last seen in.

@@ -3,8 +3,8 @@
 //! pruning of old landings. `run.json` is read here only, for the extract and the load alike.
 //!
 //! A run directory holds `run.json` (written first), the raw segments, `invocations/NNNN.json`
-//! (each invocation's request counters), a quick run's `quick.json`, and `COMPLETE` once the
-//! extract finished.
+//! (each invocation's request counters), a quick run's `quick.json`, the closing check's
+//! `closing.json`, and `COMPLETE` once the extract finished.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -262,6 +262,11 @@ pub(crate) fn record_requests(
 pub struct QuickLanding {
     pub base_run: String,
     pub located: BTreeMap<String, quick::Located>,
+    /// The statuses read in full instead, and why. Written once the locating is done (and again
+    /// after the closing check): a resumed invocation takes both as they are, not locating again
+    /// over pages that later requests have changed the meaning of.
+    #[serde(default)]
+    pub read_in_full: BTreeMap<String, String>,
 }
 
 impl QuickLanding {
@@ -289,6 +294,14 @@ pub struct ClosingCheck {
     /// Status → why it was read again.
     pub read_again: BTreeMap<String, String>,
     pub done: bool,
+    /// Applications of the previous lists still on no page read (and not kept) when the check
+    /// was done: gone from the scope, or moved into a status whose count another application's
+    /// leaving held still; this sync drops them, and a later one finds them where they are.
+    #[serde(default)]
+    pub still_missing: u64,
+    /// Up to ten of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub still_missing_ids: Vec<i64>,
 }
 
 /// Saves the run's closing check, `raw/<run>/closing.json`.

@@ -371,46 +371,50 @@ fn an_application_that_moved_into_a_list_already_read_is_found_by_the_closing_ch
 }
 
 /// A run that fails while its closing check reads a status again (the new pass's page 1 is
-/// refused, one attempt allowed) resumes the check where it was: the status is read, no status
-/// is probed twice, and the moved application is found.
+/// refused, one attempt allowed) resumes the check where it was: the status is read, it is not
+/// probed twice, and the moved application is found. A quick run resumes on its locations as
+/// saved (`quick.json`), not locating again.
 #[test]
 fn a_failed_run_resumes_its_closing_check_where_it_was() {
-    let emu = TestEmu::start(config(1_500));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    sync(&emu, &out, &[]);
-    let of = |st: &ApplicationStatus| -> Vec<i64> {
-        emu.state.applications(MAIN_ORG).iter().filter(|a| a.status == *st).map(|a| a.id).collect()
-    };
-    let known = ApplicationStatus::KNOWN;
-    let small = known.iter().position(|s| (1..=100).contains(&of(s).len())).expect("a status of one page");
-    let after = (small + 1..known.len()).find(|i| !of(&known[*i]).is_empty()).expect("a status after it");
-    let (moved, from) = (of(&known[after])[0], known[after].to_string());
-    let small = known[small].clone();
-    emu.state.move_at_list_request(emu.state.list_requests_seen() + after as u64 + 1, moved, small.clone());
-    let probes = |emu: &TestEmu| {
-        let page1 = format!("status={small}&page=1&");
-        emu.state
-            .requests()
-            .iter()
-            .filter(|r| r.route == "GET /campaign_applications" && r.query.contains(&page1))
-            .count()
-    };
-    // Page 1 of `small` in this run: the first pages', the probe, then the new pass's, refused.
-    emu.state.fail_list_request(small.clone(), 1, probes(&emu) as u32 + 3);
-    let args = ["--sync", "full", "--concurrency", "1", "--max-attempts", "1"];
-    let o = Bin::new(dir.path()).args(["run"]).emu(&emu).out(&out).args(args).key(FULL_KEY).run();
-    assert_exit(&args, &o, 1);
-    assert_eq!(warehouse(&out)[&moved].0, from, "the failed run loaded nothing");
-    let before = probes(&emu);
-    let report = sync(&emu, &out, &["--sync", "full", "--concurrency", "1"]);
-    assert_eq!(report["extract"]["resumed"], true);
-    assert_eq!(probes(&emu) - before, 1, "only the new pass's page 1, no second probe");
-    let check = &report["extract"]["closing_check"];
-    assert_eq!((check["done"].as_bool(), check["probed"].as_u64()), (Some(true), Some(6)), "{check}");
-    assert!(check["read_again"][small.as_str()].is_string(), "{check}");
-    assert_eq!(warehouse(&out).get(&moved).map(|x| x.0.as_str()), Some(small.as_str()));
-    assert_eq!(warehouse(&out), truth(&emu));
+    for mode in ["full", "quick"] {
+        let emu = TestEmu::start(config(1_500));
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        sync(&emu, &out, &[]);
+        let of = |st: &ApplicationStatus| -> Vec<i64> {
+            emu.state.applications(MAIN_ORG).iter().filter(|a| a.status == *st).map(|a| a.id).collect()
+        };
+        let known = ApplicationStatus::KNOWN;
+        let small = known.iter().position(|s| (1..=100).contains(&of(s).len())).expect("a status of one page");
+        let after = (small + 1..known.len()).find(|i| !of(&known[*i]).is_empty()).expect("a status after it");
+        let (moved, from) = (of(&known[after])[0], known[after].to_string());
+        let small = known[small].clone();
+        emu.state.move_at_list_request(emu.state.list_requests_seen() + after as u64 + 1, moved, small.clone());
+        let probes = |emu: &TestEmu| {
+            let page1 = format!("status={small}&page=1&");
+            emu.state
+                .requests()
+                .iter()
+                .filter(|r| r.route == "GET /campaign_applications" && r.query.contains(&page1))
+                .count()
+        };
+        // Page 1 of `small` in this run: the first pages', the probe, then the new pass's, refused.
+        emu.state.fail_list_request(small.clone(), 1, probes(&emu) as u32 + 3);
+        let args = ["--sync", mode, "--concurrency", "1", "--max-attempts", "1"];
+        let o = Bin::new(dir.path()).args(["run"]).emu(&emu).out(&out).args(args).key(FULL_KEY).run();
+        assert_exit(&args, &o, 1);
+        assert_eq!(warehouse(&out)[&moved].0, from, "the failed run loaded nothing");
+        let before = probes(&emu);
+        let report = sync(&emu, &out, &["--sync", mode, "--concurrency", "1"]);
+        assert_eq!(report["extract"]["resumed"], true);
+        assert_eq!(report["extract"]["sync"]["mode"], mode);
+        assert_eq!(probes(&emu) - before, 1, "only the new pass's page 1, no second probe");
+        let check = &report["extract"]["closing_check"];
+        assert_eq!((check["done"].as_bool(), check["probed"].as_u64()), (Some(true), Some(6)), "{check}");
+        assert!(check["read_again"][small.as_str()].is_string(), "{check}");
+        assert_eq!(warehouse(&out).get(&moved).map(|x| x.0.as_str()), Some(small.as_str()));
+        assert_eq!(warehouse(&out), truth(&emu));
+    }
 }
 
 /// An application gone from the scope (here to a status outside `--statuses`) starts the
