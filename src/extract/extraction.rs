@@ -172,6 +172,8 @@ impl<'a> Run<'a> {
                 self.reason = why;
                 self.spec.sync = SyncMode::Full;
                 self.spec.base_run = None;
+                // A resumed quick run may have saved its locations: a full run loads none.
+                runs::remove_quick(&self.config.out, &self.spec.run_id)?;
                 runs::write_spec(&self.config.out, &self.spec)?;
             }
         }
@@ -190,9 +192,20 @@ impl<'a> Run<'a> {
         let mut crawl = self.crawler();
         let result = async {
             if let (SyncMode::Quick, Some(snap)) = (spec.sync, snapshot) {
-                match runs::read_quick(&config.out, &spec.run_id)? {
+                let saved = match runs::read_quick(&config.out, &spec.run_id) {
+                    Ok(saved) => saved,
+                    // Unreadable: located again.
+                    Err(ExtractError::NoSuchRun(_)) => None,
+                    Err(e) => return Err(e),
+                };
+                // Every page it located from must be in the landing (a power loss can take
+                // records the file outlived), else it is located again.
+                let landed_all = |l: &QuickLanding| {
+                    l.located.iter().all(|(s, loc)| crawl.landing.page_views(s, 1).len() as u64 >= loc.pages_read)
+                };
+                match saved {
                     // Located by an earlier invocation: taken as it was.
-                    Some(landed) if landed.base_run == snap.base_run => {
+                    Some(landed) if landed.base_run == snap.base_run && landed_all(&landed) => {
                         for (s, l) in &landed.located {
                             let outcome =
                                 StatusOutcome { passes: 1, converged: true, seen: l.row_count, row_count: l.row_count };
@@ -390,8 +403,8 @@ async fn locate_changes(
 /// may have happened:
 /// - an application of the previous sync's lists was seen nowhere and not kept
 ///   ([`quick::vanished`]): it left the scope, or moved so;
-/// - or a status's count fell between two of its pages (something left it during the run, maybe
-///   for a status already read; a count that only rose had arrivals, which lose nothing).
+/// - or two pages of a status reported different counts (the lists changed during the run; a
+///   rise can hide a departure, so any change counts).
 ///
 /// It reads page 1 of every status again as a probe ([`Crawl::probe`]), one status after another
 /// in their lifecycle order ([`ApplicationStatus::KNOWN`]). A status whose count rose since page 1
@@ -419,7 +432,7 @@ async fn close(
             let vanished = snapshot.and_then(|snap| quick::vanished(snap, &names, &latest, &kept).into_iter().next());
             let reason = match vanished {
                 Some((from, id)) => format!("application {id} left `{from}` and is on none of the pages read"),
-                None if crawl.landing.any_count_fell() => "a count fell while the lists were read".to_owned(),
+                None if crawl.landing.any_count_moved() => "a count moved while the lists were read".to_owned(),
                 None => return Ok(()),
             };
             ClosingCheck { reason, ..ClosingCheck::default() }

@@ -218,10 +218,16 @@ impl Landing {
         };
         let ids = body.data.iter().map(|a| a.id).collect();
         let applied_at = body.data.iter().map(|a| a.applied_at.timestamp_micros()).collect();
-        // A row first seen on a probe (pass 0) is an arrival, not a row a re-crawl recovered.
-        let seen_in = r.pass.unwrap_or(0);
         for app in body.data {
-            let first_pass = self.observations.get(&app.id).map_or(seen_in, |o| o.first_pass.min(seen_in));
+            // A row first seen on a probe (pass 0) is an arrival, not a row a re-crawl recovered;
+            // a probe never changes the pass a row was first seen in.
+            let earlier = self.observations.get(&app.id).map(|o| o.first_pass);
+            let first_pass = match (earlier, r.pass) {
+                (Some(first), Some(pass)) => first.min(pass),
+                (None, Some(pass)) => pass,
+                (Some(first), None) => first,
+                (None, None) => 0,
+            };
             let newer = self.observations.get(&app.id).is_none_or(|o| o.seq < r.seq);
             if newer {
                 self.observations
@@ -284,16 +290,14 @@ impl Landing {
             .collect()
     }
 
-    /// Whether a status's count fell between two of its pages, in the order they were landed (any
-    /// pass or invocation of the run): an application left it while the run read the lists.
-    pub fn any_count_fell(&self) -> bool {
-        let mut pages: Vec<(&str, u64, u64)> = self
-            .pages
+    /// Whether two pages of a status, in any pass or invocation of the run, reported different
+    /// counts: its list changed while the run read it.
+    pub fn any_count_moved(&self) -> bool {
+        let mut counts: HashMap<&str, u64> = HashMap::new();
+        self.pages
             .iter()
-            .flat_map(|((s, _), pages)| pages.values().map(move |p| (s.as_str(), p.seq, p.row_count)))
-            .collect();
-        pages.sort_unstable();
-        pages.windows(2).any(|w| w[0].0 == w[1].0 && w[1].2 < w[0].2)
+            .flat_map(|((s, _), pages)| pages.values().map(move |p| (s.as_str(), p.row_count)))
+            .any(|(s, n)| *counts.entry(s).or_insert(n) != n)
     }
 
     /// Every application seen, with the status it was last seen in.

@@ -276,6 +276,15 @@ impl QuickLanding {
     }
 }
 
+/// Removes a run's `quick.json`: a run that turned full (`auto` falling back) has no locations.
+pub(crate) fn remove_quick(out: &OutDir, run_id: &str) -> Result<(), OutError> {
+    let path = out.raw_dir(run_id).join(QUICK_FILE);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err("remove", &path)(e)),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn write_quick(out: &OutDir, run_id: &str, quick: &QuickLanding) -> Result<(), OutError> {
     write_json_atomic(&out.raw_dir(run_id).join(QUICK_FILE), quick)
 }
