@@ -207,8 +207,18 @@ impl<'a> Run<'a> {
                     // Located by an earlier invocation: taken as it was.
                     Some(landed) if landed.base_run == snap.base_run && landed_all(&landed) => {
                         for (s, l) in &landed.located {
-                            let outcome =
-                                StatusOutcome { passes: 1, converged: true, seen: l.row_count, row_count: l.row_count };
+                            // One the closing check read again has its own pass to report.
+                            let outcome = match crawl.landing.last_pass(s) {
+                                Some(pass) if pass > 1 => {
+                                    crawl.status(&ApplicationStatus::parse(s), spec.max_passes).await?
+                                }
+                                _ => StatusOutcome {
+                                    passes: 1,
+                                    converged: true,
+                                    seen: l.row_count,
+                                    row_count: l.row_count,
+                                },
+                            };
                             findings.outcomes.insert(s.clone(), outcome);
                         }
                         (findings.located, findings.read_in_full) = (landed.located, landed.read_in_full);
