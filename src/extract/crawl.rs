@@ -43,6 +43,13 @@ pub struct StatusOutcome {
     pub row_count: u64,
 }
 
+impl StatusOutcome {
+    /// A status a quick sync located: one pass, its count accounted for.
+    pub fn located(row_count: u64) -> Self {
+        StatusOutcome { passes: 1, converged: true, seen: row_count, row_count }
+    }
+}
+
 impl Crawl<'_> {
     fn land<T>(
         &mut self,

@@ -51,8 +51,9 @@ struct Run<'a> {
 
 /// Opens a run and lands page 1 of every status: enough for the plan. The caller holds the lock
 /// on the output directory. `snapshot` is the previous sync's lists: what a quick sync compares
-/// with (see [`plan::choose_mode`]), and what the closing check looks for in any mode. On failure or interruption the landing and the report are saved
-/// before the error is returned, and the next run resumes.
+/// with (see [`plan::choose_mode`]), and what the closing check looks for in any mode. On failure
+/// or interruption the landing and the report are saved before the error is returned, and the
+/// next run resumes.
 pub async fn begin<'a>(
     config: &'a ExtractConfig,
     client: &'a Client,
@@ -212,12 +213,7 @@ impl<'a> Run<'a> {
                                 Some(pass) if pass > 1 => {
                                     crawl.status(&ApplicationStatus::parse(s), spec.max_passes).await?
                                 }
-                                _ => StatusOutcome {
-                                    passes: 1,
-                                    converged: true,
-                                    seen: l.row_count,
-                                    row_count: l.row_count,
-                                },
+                                _ => StatusOutcome::located(l.row_count),
                             };
                             findings.outcomes.insert(s.clone(), outcome);
                         }
@@ -396,9 +392,7 @@ async fn locate_changes(
             }
             quick::Round::Done(located) => {
                 for (s, l) in &located {
-                    let outcome =
-                        StatusOutcome { passes: 1, converged: true, seen: l.row_count, row_count: l.row_count };
-                    findings.outcomes.insert(s.clone(), outcome);
+                    findings.outcomes.insert(s.clone(), StatusOutcome::located(l.row_count));
                 }
                 return Ok(located);
             }
@@ -421,9 +415,11 @@ async fn locate_changes(
 /// of its last pass by more than the applications newer than that page's newest (arrivals, which
 /// the probe lands) had an application move into it after it was read: it is read in full again,
 /// as a new pass, before the next status is probed. A count that fell needs nothing: what left
-/// was seen before it left, and is found where it went. One round is enough: once the statuses
-/// are read, every application in scope was seen or kept, and a move during the check leaves a
-/// status stale, never missing. Costs nothing when the lists held still and nothing vanished.
+/// was seen before it left (it keeps that status when it went to a status already probed). One
+/// round is enough: once the statuses are read, every application in scope was seen or kept,
+/// and a move during the check leaves it a move behind, not missing (unless it had already
+/// moved once, unseen, in the run). Costs nothing when the lists held still and nothing
+/// vanished.
 async fn close(
     crawl: &mut Crawl<'_>,
     out: &crate::out::OutDir,
@@ -433,14 +429,17 @@ async fn close(
     max_passes: u32,
     findings: &mut Findings,
 ) -> Result<(), ExtractError> {
+    // The applications of the previous lists seen nowhere and not kept, so far.
+    let vanished = |crawl: &Crawl<'_>, findings: &Findings| -> Vec<(String, i64)> {
+        let Some(snap) = snapshot else { return vec![] };
+        let names: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
+        let kept: HashSet<i64> = findings.located.values().flat_map(|l| l.kept.iter().copied()).collect();
+        quick::vanished(snap, &names, &crawl.landing.latest_statuses(), &kept)
+    };
     let mut check = match runs::read_closing(out, run_id)? {
         Some(check) => check,
         None => {
-            let names: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
-            let kept: HashSet<i64> = findings.located.values().flat_map(|l| l.kept.iter().copied()).collect();
-            let latest = crawl.landing.latest_statuses();
-            let vanished = snapshot.and_then(|snap| quick::vanished(snap, &names, &latest, &kept).into_iter().next());
-            let reason = match vanished {
+            let reason = match vanished(crawl, findings).into_iter().next() {
                 Some((from, id)) => format!("application {id} left `{from}` and is on none of the pages read"),
                 None if crawl.landing.any_count_moved() => "a count moved while the lists were read".to_owned(),
                 None => return Ok(()),
@@ -454,12 +453,7 @@ async fn close(
         runs::write_closing(out, run_id, &check)?;
         findings.closing_check = Some(check.clone());
         let Some(status) = order.get(check.probed as usize) else {
-            let names: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
-            let kept: HashSet<i64> = findings.located.values().flat_map(|l| l.kept.iter().copied()).collect();
-            let latest = crawl.landing.latest_statuses();
-            let missing: Vec<i64> = snapshot
-                .map(|snap| quick::vanished(snap, &names, &latest, &kept).into_iter().map(|(_, id)| id).collect())
-                .unwrap_or_default();
+            let missing: Vec<i64> = vanished(crawl, findings).into_iter().map(|(_, id)| id).collect();
             check.still_missing = missing.len() as u64;
             check.still_missing_ids = missing.into_iter().take(10).collect();
             check.done = true;

@@ -46,10 +46,14 @@ fn list_requests(report: &Value) -> u64 {
         .map_or(0, |m| m.values().map(|v| v.as_u64().unwrap()).sum())
 }
 
+/// The applications of `status`, newest first, as the emulator serves them.
+fn ids_in(emu: &TestEmu, status: &ApplicationStatus) -> Vec<i64> {
+    emu.state.applications(MAIN_ORG).into_iter().filter(|a| a.status == *status).map(|a| a.id).collect()
+}
+
 /// An application of `status` at a pseudo-random position of its list.
 fn pick(emu: &TestEmu, status: &ApplicationStatus, rng: &mut fastrand::Rng) -> i64 {
-    let list: Vec<i64> =
-        emu.state.applications(MAIN_ORG).into_iter().filter(|a| a.status == *status).map(|a| a.id).collect();
+    let list = ids_in(emu, status);
     list[rng.usize(0..list.len())]
 }
 
@@ -325,10 +329,7 @@ fn an_application_that_moved_into_a_list_already_read_is_found_by_the_closing_ch
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         sync(&emu, &out, &[]);
-        let of = |st: &ApplicationStatus| -> Vec<i64> {
-            let apps = emu.state.applications(MAIN_ORG);
-            apps.iter().filter(|a| a.status == *st).map(|a| a.id).collect()
-        };
+        let of = |st: &ApplicationStatus| ids_in(&emu, st);
         let known = ApplicationStatus::KNOWN;
         // A status whose one page is read with the first pages.
         let small = known.iter().position(|s| (1..=100).contains(&of(s).len())).expect("a status of one page");
@@ -381,9 +382,7 @@ fn a_failed_run_resumes_its_closing_check_where_it_was() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         sync(&emu, &out, &[]);
-        let of = |st: &ApplicationStatus| -> Vec<i64> {
-            emu.state.applications(MAIN_ORG).iter().filter(|a| a.status == *st).map(|a| a.id).collect()
-        };
+        let of = |st: &ApplicationStatus| ids_in(&emu, st);
         let known = ApplicationStatus::KNOWN;
         let small = known.iter().position(|s| (1..=100).contains(&of(s).len())).expect("a status of one page");
         let after = (small + 1..known.len()).find(|i| !of(&known[*i]).is_empty()).expect("a status after it");
