@@ -5,11 +5,15 @@ The data is either
   (`data/warehouse.duckdb` at the repository root, what `cargo run --locked -- demo` writes); or
 - the shared lake at CREATOR_ETL_LAKE (`file:///path` or `s3://bucket/prefix`, with the standard
   AWS variables), read with `deltalake` and queried by DuckDB over Arrow. CREATOR_ETL_ORG picks
-  one organization; the views then have the warehouse's columns, as `creator-etl query --org`.
+  one organization.
 
 A fleet's warehouse (`fleet run --warehouse fleet`, every table with `organization`) is read
 like the lake: CREATOR_ETL_ORG picks one organization; without it, a fleet warehouse of one
-organization is read whole, and one of several is refused (the queries are per organization).
+organization is read whole, and one of several is refused (a notebook shows one organization).
+
+The named queries are written with `organization` as a key, so the connection's views are what
+`creator-etl query` gives them: every table with `organization` (empty for one organization's own
+warehouse), and the warehouse's views over them. `query` leaves the key out of its answer.
 
 The SQL is read from `queries/`, never copied into a notebook.
 """
@@ -22,6 +26,7 @@ import polars as pl
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 QUERIES = REPO / "queries"
+VIEWS_SQL = REPO / "src" / "load" / "catalog" / "views.sql"
 WAREHOUSE = os.environ.get("CREATOR_ETL_WAREHOUSE", str(REPO / "data" / "warehouse.duckdb"))
 LAKE = os.environ.get("CREATOR_ETL_LAKE", "").rstrip("/") or None
 ORG = os.environ.get("CREATOR_ETL_ORG") or None
@@ -52,7 +57,7 @@ SOURCE = (f"lake {LAKE}" if LAKE else f"warehouse {_shown(WAREHOUSE)}") + (f", o
 
 
 def connect() -> duckdb.DuckDBPyConnection:
-    """A read-only view of the data, in UTC, like `creator-etl query`."""
+    """A read-only view of the data for the named queries, in UTC, like `creator-etl query`."""
     if LAKE:
         return _connect_lake()
     if not pathlib.Path(WAREHOUSE).is_file():
@@ -60,26 +65,23 @@ def connect() -> duckdb.DuckDBPyConnection:
             f"no warehouse at {WAREHOUSE}: run `cargo run --locked -- demo` first, "
             "or set CREATOR_ETL_WAREHOUSE to your warehouse.duckdb (or CREATOR_ETL_LAKE to a lake)"
         )
-    con = duckdb.connect(WAREHOUSE, read_only=True)
-    con.execute("SET TimeZone = 'UTC'")
-    marker = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'fleet_schema_version'"
+    con = _in_memory()
+    path = WAREHOUSE.replace("'", "''")
+    con.execute(f"ATTACH '{path}' AS warehouse (READ_ONLY)")
+    marker = "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'warehouse' AND table_name = 'fleet_schema_version'"
     if con.execute(marker).fetchall()[0][0] == 0:
         if ORG is not None:
             raise ValueError(
                 f"CREATOR_ETL_ORG={ORG}: {WAREHOUSE} is one organization's warehouse; "
                 "CREATOR_ETL_ORG picks an organization of a fleet warehouse or a lake"
             )
+        # One organization's tables have no `organization`: the views add an empty one.
+        tables = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'warehouse'").fetchall()
+        for (table,) in tables:
+            con.execute(f'CREATE VIEW "{table}" AS SELECT \'\' AS organization, * FROM warehouse."{table}"')
+        con.execute(VIEWS_SQL.read_text())
         return con
-    con.close()
-    return _connect_fleet()
-
-
-def _connect_fleet() -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the fleet warehouse attached read-only and a view per table."""
-    con = _in_memory()
-    path = WAREHOUSE.replace("'", "''")
-    con.execute(f"ATTACH '{path}' AS fleet (READ_ONLY)")
-    return _views(con, "fleet.", {table: ["organization"] for table in LAKE_TABLES}, "the fleet warehouse")
+    return _views(con, "warehouse.", {table: ["organization"] for table in LAKE_TABLES}, "the fleet warehouse")
 
 
 def _connect_lake() -> duckdb.DuckDBPyConnection:
@@ -105,9 +107,10 @@ def _in_memory() -> duckdb.DuckDBPyConnection:
 
 def _views(con: duckdb.DuckDBPyConnection, prefix: str, hidden: dict, within: str) -> duckdb.DuckDBPyConnection:
     """One view per table over `<prefix><table>`, which has `organization`: of the organization
-    CREATOR_ETL_ORG names, without the columns `hidden` lists for the table (one organization's
-    columns, as `creator-etl query --org`), or of every organization. The named queries are per
-    organization: CREATOR_ETL_ORG must name one that is there, or there must be at most one."""
+    CREATOR_ETL_ORG names, or of every organization, with the table's columns and `organization`
+    (without the other columns `hidden` lists for the table: the lake's `year`). A notebook shows
+    one organization: CREATOR_ETL_ORG must name one that is there, or there must be at most
+    one."""
     organizations = set()
     for table in LAKE_TABLES:
         organizations |= {row[0] for row in con.sql(f"SELECT DISTINCT organization FROM {prefix}{table}").fetchall()}
@@ -119,17 +122,12 @@ def _views(con: duckdb.DuckDBPyConnection, prefix: str, hidden: dict, within: st
     if ORG is not None and ORG not in organizations:
         raise ValueError(f"CREATOR_ETL_ORG={ORG}: {within} holds no rows of it ({', '.join(sorted(organizations))})")
     for table in LAKE_TABLES:
-        if ORG is None:
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM {prefix}{table}")
-        else:
-            literal = ORG.replace("'", "''")
-            columns = ", ".join(hidden[table])
-            con.execute(
-                f"CREATE VIEW {table} AS SELECT * EXCLUDE ({columns}) FROM {prefix}{table} WHERE organization = '{literal}'"
-            )
-    if ORG is not None:
-        # The warehouse's own views over those tables (`cohort_acceptance`), from the same file.
-        con.execute((REPO / "src" / "load" / "catalog" / "views.sql").read_text())
+        other = [c for c in hidden[table] if c != "organization"]
+        columns = f"* EXCLUDE ({', '.join(other)})" if other else "*"
+        where = "" if ORG is None else " WHERE organization = '{}'".format(ORG.replace("'", "''"))
+        con.execute(f"CREATE VIEW {table} AS SELECT {columns} FROM {prefix}{table}{where}")
+    # The warehouse's own views over those tables (`cohort_acceptance`), from the same file.
+    con.execute(VIEWS_SQL.read_text())
     return con
 
 
@@ -142,7 +140,8 @@ def query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFrame:
         literal = str(value).replace("'", "''")
         con.execute(f"SET VARIABLE {key} = '{literal}'")
     try:
-        return con.sql(sql).pl()
+        # One organization's answer: the key left out, as `creator-etl query` prints it.
+        return con.sql(sql).pl().drop("organization")
     finally:
         for key in params:
             con.execute(f"RESET VARIABLE {key}")

@@ -2,9 +2,9 @@
 -- campaigns and when the oldest and newest of them applied.
 -- params: (none)
 -- columns: status, applications, creators, campaigns, oldest_applied_at, newest_applied_at
-SELECT status, count(*) AS applications, count(DISTINCT user_id) AS creators,
+SELECT organization, status, count(*) AS applications, count(DISTINCT user_id) AS creators,
        count(DISTINCT campaign_id) AS campaigns,
        min(applied_at) AS oldest_applied_at, max(applied_at) AS newest_applied_at
 FROM applications
-GROUP BY status
-ORDER BY applications DESC, status;
+GROUP BY organization, status
+ORDER BY organization, applications DESC, status;

@@ -3,6 +3,6 @@
 -- same name holds the definition.
 -- params: (none)
 -- columns: bucket, bucket_min, bucket_max, applications, creators, accepted, rejected, pending, acceptance_rate
-SELECT bucket, bucket_min, bucket_max, applications, creators, accepted, rejected, pending, acceptance_rate
+SELECT organization, bucket, bucket_min, bucket_max, applications, creators, accepted, rejected, pending, acceptance_rate
 FROM cohort_acceptance
-ORDER BY bucket_min NULLS FIRST;
+ORDER BY organization, bucket_min NULLS FIRST;

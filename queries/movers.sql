@@ -2,9 +2,14 @@
 -- biggest relative change first (pct_change_7d is a fraction: 0.25 is +25 %).
 -- params: days (default 28), top (default 5)
 -- columns: metric, date, current_7d, last_7d, delta_7d, pct_change_7d
-SELECT metric, date, current_7d, last_7d, delta_7d, pct_change_7d
-FROM wow_deltas
-WHERE date > (SELECT max(date) FROM wow_deltas) - coalesce(CAST(getvariable('days') AS INTEGER), 28)
-  AND pct_change_7d IS NOT NULL
-ORDER BY abs(pct_change_7d) DESC, metric, date
-LIMIT coalesce(CAST(getvariable('top') AS INTEGER), 5);
+WITH recent AS (
+    SELECT organization, metric, date, current_7d, last_7d, delta_7d, pct_change_7d
+    FROM wow_deltas
+    QUALIFY date > max(date) OVER (PARTITION BY organization) - coalesce(CAST(getvariable('days') AS INTEGER), 28)
+)
+SELECT organization, metric, date, current_7d, last_7d, delta_7d, pct_change_7d
+FROM recent
+WHERE pct_change_7d IS NOT NULL
+QUALIFY row_number() OVER (PARTITION BY organization ORDER BY abs(pct_change_7d) DESC, metric, date)
+        <= coalesce(CAST(getvariable('top') AS INTEGER), 5)
+ORDER BY organization, abs(pct_change_7d) DESC, metric, date;

@@ -177,8 +177,8 @@ fn table(warehouse: &std::path::Path, name: &str, sql: &str) -> Result<String, E
         params: vec![],
         format: Format::Table,
     };
-    let conn = query::open_warehouse(warehouse)?;
-    Ok(query::render(&query::execute(&conn, &config)?, Format::Table)?)
+    let reader = query::Reader::own(warehouse)?;
+    Ok(query::render(&reader.run(None, &config)?, Format::Table)?)
 }
 
 fn summary(report: &SyncReport, root: &std::path::Path, page: Option<&std::path::Path>) -> Result<String, Error> {

@@ -173,7 +173,7 @@ fn db(e: duckdb::Error) -> QueryError {
 }
 
 /// Runs a query and returns its batches: on a read-only warehouse connection, or on views of
-/// the lake's current snapshot.
+/// the lake's current snapshot ([`Reader::run`]).
 pub async fn run(config: QueryConfig) -> Result<Vec<RecordBatch>, QueryError> {
     let named = named(&config.name).is_some();
     let reader = Reader::open(&config.source).await?;
@@ -189,8 +189,7 @@ pub async fn run(config: QueryConfig) -> Result<Vec<RecordBatch>, QueryError> {
             pick_organization("the lake", source.org.as_deref(), holds.to_vec(), named)?
         }
     };
-    let conn = reader.connect(org.as_deref())?;
-    tokio::task::spawn_blocking(move || execute(&conn, &config))
+    tokio::task::spawn_blocking(move || reader.run(org.as_deref(), &config))
         .await
         .map_err(|e| QueryError::Db(format!("the query task failed: {e}")))?
 }
@@ -199,15 +198,19 @@ pub async fn run(config: QueryConfig) -> Result<Vec<RecordBatch>, QueryError> {
 /// warehouse, or the lake's current snapshot (resolved with [`lake::resolve`]).
 pub enum Reader {
     /// One organization's warehouse, open read-only.
-    Own(duckdb::Connection),
+    Own { conn: duckdb::Connection, path: PathBuf },
     /// A fleet warehouse and the organizations it holds rows of.
     Fleet { path: PathBuf, holds: Vec<String> },
     /// A lake snapshot; it lists its organizations.
     Lake { snapshot: Box<lake::Snapshot>, holds: Vec<String> },
     /// No data yet for these organizations (a fleet whose warehouse is not published yet): empty
-    /// tables and views with one organization's columns, the same for each.
-    Nothing { conn: duckdb::Connection, holds: Vec<String> },
+    /// tables.
+    Nothing { holds: Vec<String> },
 }
+
+/// The `organization` of one organization's own warehouse on the named queries' views: its
+/// tables have no such column, and a warehouse does not know its organization's name.
+pub const OWN: &str = "";
 
 impl Reader {
     pub async fn open(source: &Source) -> Result<Reader, QueryError> {
@@ -215,7 +218,7 @@ impl Reader {
             Source::Warehouse { path, .. } => {
                 let conn = open_warehouse(path)?;
                 if !crate::load::warehouse::is_fleet(&conn)? {
-                    return Ok(Reader::Own(conn));
+                    return Ok(Reader::Own { conn, path: path.clone() });
                 }
                 let holds = fleet_organizations(&conn)?;
                 Ok(Reader::Fleet { path: path.clone(), holds })
@@ -229,72 +232,137 @@ impl Reader {
         }
     }
 
-    /// An in-memory warehouse with one organization's empty tables and views, standing for
-    /// `holds`, which have no data yet.
-    pub fn nothing(holds: Vec<String>) -> Result<Reader, QueryError> {
-        let conn = duckdb::Connection::open_in_memory().map_err(db)?;
-        crate::load::warehouse::migrate(&conn, crate::load::catalog::Shape::One)?;
-        Ok(Reader::Nothing { conn, holds })
+    /// One organization's warehouse at `path`, known to be one (the demo's).
+    pub fn own(path: &Path) -> Result<Reader, QueryError> {
+        Ok(Reader::Own { conn: open_warehouse(path)?, path: path.to_path_buf() })
+    }
+
+    /// Stands for `holds`, which have no data yet: empty tables.
+    pub fn nothing(holds: Vec<String>) -> Reader {
+        Reader::Nothing { holds }
     }
 
     /// The organizations a fleet warehouse or a lake holds, sorted; `None` for one
     /// organization's warehouse.
     pub fn holds(&self) -> Option<&[String]> {
         match self {
-            Reader::Own(_) => None,
-            Reader::Fleet { holds, .. } | Reader::Lake { holds, .. } | Reader::Nothing { holds, .. } => Some(holds),
+            Reader::Own { .. } => None,
+            Reader::Fleet { holds, .. } | Reader::Lake { holds, .. } | Reader::Nothing { holds } => Some(holds),
         }
     }
 
-    /// A connection with the tables and views of one organization (`org`) or, without it, of
-    /// every organization the source holds (one organization's warehouse: its own).
+    /// Runs `config` for organization `org` (`None`: one organization's warehouse, or, for a SQL
+    /// file, every organization): a named query on the named queries' views ([`Reader::keyed`]),
+    /// its `organization` column left out; a SQL file on [`Reader::connect`].
+    pub fn run(&self, org: Option<&str>, config: &QueryConfig) -> Result<Vec<RecordBatch>, QueryError> {
+        if named(&config.name).is_none() {
+            return execute(&self.connect(org)?, config);
+        }
+        let keyed = self.keyed()?;
+        if let Some(org) = org {
+            keyed.select(&[org.to_owned()])?;
+        }
+        execute(&keyed.conn, config)?.iter().map(without_organization).collect()
+    }
+
+    /// A connection with the tables and views of one organization (`org`, with its columns) or,
+    /// without it, of every organization the source holds (one organization's warehouse: its
+    /// own): what a SQL file reads.
     pub fn connect(&self, org: Option<&str>) -> Result<duckdb::Connection, QueryError> {
-        self.views(Rows::of(org))
-    }
-
-    /// One connection that reads the organizations one after the other ([`Switchable::select`]):
-    /// its views filter on a connection variable, so switching costs one statement.
-    pub fn switchable(&self) -> Result<Switchable, QueryError> {
-        let switches = matches!(self, Reader::Fleet { .. } | Reader::Lake { .. });
-        Ok(Switchable { conn: self.views(Rows::Switched)?, switches })
-    }
-
-    fn views(&self, rows: Rows<'_>) -> Result<duckdb::Connection, QueryError> {
         match self {
-            Reader::Own(conn) | Reader::Nothing { conn, .. } => conn.try_clone().map_err(db),
-            Reader::Fleet { path, .. } => fleet_views(path, rows),
-            Reader::Lake { snapshot, .. } => {
+            Reader::Own { conn, .. } => conn.try_clone().map_err(db),
+            Reader::Nothing { .. } => {
                 let conn = duckdb::Connection::open_in_memory().map_err(db)?;
-                crate::load::warehouse::no_downloads(&conn).map_err(db)?;
-                conn.execute_batch(&snapshot.views_sql(rows)).map_err(db)?;
+                crate::load::warehouse::migrate(&conn, crate::load::catalog::Shape::One)?;
                 Ok(conn)
             }
+            Reader::Fleet { path, .. } => fleet_views(path, Rows::of(org)),
+            Reader::Lake { snapshot, .. } => lake_views(snapshot, Rows::of(org)),
         }
+    }
+
+    /// What the named queries read: every table and view with `organization` (written with it as
+    /// a key, one query answers for many organizations), of the organizations
+    /// [`Keyed::select`] picks. One organization's warehouse has [`OWN`] as its organization.
+    pub fn keyed(&self) -> Result<Keyed, QueryError> {
+        use crate::load::catalog::{Shape, VIEWS_SQL};
+        let conn = match self {
+            Reader::Own { path, .. } => {
+                let conn = duckdb::Connection::open_in_memory().map_err(db)?;
+                crate::load::warehouse::no_downloads(&conn).map_err(db)?;
+                let path = crate::load::warehouse::sql_literal(&path.display().to_string());
+                conn.execute_batch(&format!("ATTACH {path} AS own (READ_ONLY);")).map_err(db)?;
+                let tables = {
+                    let mut stmt = conn
+                        .prepare("SELECT table_name FROM duckdb_tables() WHERE database_name = 'own' ORDER BY 1")
+                        .map_err(db)?;
+                    let names = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(db)?;
+                    names.collect::<Result<Vec<_>, _>>().map_err(db)?
+                };
+                let own = crate::load::warehouse::sql_literal(OWN);
+                let mut sql = String::new();
+                for t in tables {
+                    sql.push_str(&format!(
+                        "CREATE VIEW \"{t}\" AS SELECT {own} AS organization, * FROM own.\"{t}\";\n"
+                    ));
+                }
+                sql.push_str(VIEWS_SQL);
+                conn.execute_batch(&sql).map_err(db)?;
+                conn
+            }
+            Reader::Nothing { .. } => {
+                let conn = duckdb::Connection::open_in_memory().map_err(db)?;
+                crate::load::warehouse::migrate(&conn, Shape::Fleet)?;
+                conn.execute_batch(VIEWS_SQL).map_err(db)?;
+                conn
+            }
+            Reader::Fleet { path, .. } => fleet_views(path, Rows::Keyed)?,
+            Reader::Lake { snapshot, .. } => lake_views(snapshot, Rows::Keyed)?,
+        };
+        let filters = matches!(self, Reader::Fleet { .. } | Reader::Lake { .. });
+        Ok(Keyed { conn, filters })
     }
 }
 
-/// A connection over a source that shows one organization at a time (see [`Reader::switchable`]).
-pub struct Switchable {
-    conn: duckdb::Connection,
-    /// False for one organization's warehouse: it has one organization to show.
-    switches: bool,
+fn lake_views(snapshot: &lake::Snapshot, rows: Rows<'_>) -> Result<duckdb::Connection, QueryError> {
+    let conn = duckdb::Connection::open_in_memory().map_err(db)?;
+    crate::load::warehouse::no_downloads(&conn).map_err(db)?;
+    conn.execute_batch(&snapshot.views_sql(rows)).map_err(db)?;
+    Ok(conn)
 }
 
-impl Switchable {
-    /// The connection, showing organization `org` (of a fleet warehouse or a lake; `None` for
-    /// one organization's warehouse).
-    pub fn select(&self, org: Option<&str>) -> Result<&duckdb::Connection, QueryError> {
-        if self.switches {
-            let org = org
-                .ok_or_else(|| QueryError::Db("a fleet warehouse or lake is read one organization at a time".into()))?;
-            let sql = format!(
-                "SET VARIABLE {} = {};",
-                crate::load::warehouse::ORG_VARIABLE,
-                crate::load::warehouse::sql_literal(org)
-            );
-            self.conn.execute_batch(&sql).map_err(db)?;
+/// The named queries' views (see [`Reader::keyed`]).
+pub struct Keyed {
+    pub conn: duckdb::Connection,
+    /// False where the source has one organization, or none with rows.
+    filters: bool,
+}
+
+impl Keyed {
+    /// Shows the organizations `orgs` (of a fleet warehouse or a lake; one organization's
+    /// warehouse shows its own).
+    pub fn select(&self, orgs: &[String]) -> Result<&duckdb::Connection, QueryError> {
+        if self.filters {
+            self.conn.execute_batch(&crate::load::warehouse::keyed_to(orgs)).map_err(db)?;
         }
         Ok(&self.conn)
+    }
+}
+
+/// A named query's batch without its `organization` key: one organization's answer, as
+/// `creator-etl query` prints it.
+fn without_organization(batch: &RecordBatch) -> Result<RecordBatch, QueryError> {
+    let schema = batch.schema();
+    match schema.index_of(crate::load::catalog::ORGANIZATION) {
+        Ok(i) => {
+            let mut batch = batch.clone();
+            batch.remove_column(i);
+            Ok(batch)
+        }
+        Err(_) => Err(QueryError::Db(format!(
+            "a named query answers without `{}`, its key",
+            crate::load::catalog::ORGANIZATION
+        ))),
     }
 }
 
@@ -328,8 +396,7 @@ fn fleet_organizations(conn: &duckdb::Connection) -> Result<Vec<String>, QueryEr
 }
 
 /// An in-memory connection with the fleet warehouse at `path` attached read-only, and a view
-/// per table: of organization `org`'s rows with one organization's columns and views, or of
-/// every organization's.
+/// per table of the `rows` (see [`Rows`]), with the warehouse's views but over [`Rows::Every`].
 fn fleet_views(path: &Path, rows: Rows<'_>) -> Result<duckdb::Connection, QueryError> {
     use crate::load::warehouse::sql_literal;
     let conn = duckdb::Connection::open_in_memory().map_err(db)?;
@@ -363,10 +430,7 @@ pub fn execute(conn: &duckdb::Connection, config: &QueryConfig) -> Result<Vec<Re
         // The name is checked to be an identifier; the value is a string literal, quotes doubled.
         conn.execute_batch(&format!("SET VARIABLE {k} = '{}';", v.replace('\'', "''"))).map_err(db)?;
     }
-    // Cached: the report asks the same named queries of every organization on one connection,
-    // and planning them is most of its cost; the organization and the parameters are connection
-    // variables, read when the statement runs.
-    let mut stmt = conn.prepare_cached(&config.sql).map_err(db)?;
+    let mut stmt = conn.prepare(&config.sql).map_err(db)?;
     let arrow = stmt.query_arrow([]).map_err(db)?;
     let schema = arrow.get_schema();
     let mut batches: Vec<RecordBatch> = arrow.collect();
@@ -488,6 +552,26 @@ mod tests {
         }
         assert_eq!(declared_params(QUERIES[0].1), ["days"]);
         assert!(declared_params(named("cohort_acceptance").unwrap()).is_empty(), "`(none)` declares nothing");
+    }
+
+    /// Every named query is written with `organization` as its key: it answers with
+    /// `organization` first, then the columns its header declares (what `query` prints).
+    #[test]
+    fn every_named_query_is_keyed_by_organization() {
+        let reader = Reader::nothing(vec!["a".into(), "b".into()]);
+        let keyed = reader.keyed().unwrap();
+        keyed.select(&["a".into()]).unwrap();
+        for (name, sql) in QUERIES {
+            let source = Source::Warehouse { path: PathBuf::from("w.duckdb"), org: None };
+            let config = QueryConfig::new(source, name, &[], Format::Json).unwrap();
+            let batches = execute(&keyed.conn, &config).unwrap();
+            let schema = batches[0].schema();
+            let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            assert_eq!(names[0], "organization", "{name}");
+            assert_eq!(names[1..], declared_columns(sql), "{name}");
+            let one = without_organization(&batches[0]).unwrap();
+            assert_eq!(one.schema().fields().len(), names.len() - 1, "{name}");
+        }
     }
 
     #[test]

@@ -32,8 +32,8 @@ pub const ASKED: [(&str, &[(&str, &str)]); 10] = [
 /// subquery, counted by the outer query. The JSON block says so (`aggregate`).
 const AGGREGATED: [(&str, &str); 1] = [(
     "status_changes",
-    "SELECT CAST(date_trunc('week', CAST(changed_at AS TIMESTAMP)) AS DATE) AS week_start, to_status, \
-     count(*) AS changes FROM (\n{sql}\n) AS q GROUP BY ALL ORDER BY week_start, to_status",
+    "SELECT organization, CAST(date_trunc('week', CAST(changed_at AS TIMESTAMP)) AS DATE) AS week_start, to_status, \
+     count(*) AS changes FROM (\n{sql}\n) AS q GROUP BY ALL ORDER BY organization, week_start, to_status",
 )];
 
 /// A named query's answer.
@@ -52,10 +52,19 @@ pub struct Answer {
 pub struct Answers(pub BTreeMap<&'static str, Answer>);
 
 impl Answers {
-    /// Asks the queries of [`ASKED`] named in `only` on a connection to one organization's
-    /// tables and views.
-    pub fn ask(conn: &duckdb::Connection, source: &Source, only: &[&str]) -> Result<Answers, QueryError> {
-        let mut answers = BTreeMap::new();
+    /// Asks the queries of [`ASKED`] named in `only` about the organizations `orgs` at once (one
+    /// query each: they are written with `organization` as a key), and splits the rows by
+    /// organization, without it: each organization's rows are what `creator-etl query NAME
+    /// --org ORG --format json` prints. One organization's own warehouse answers as
+    /// [`query::OWN`].
+    pub fn ask(
+        keyed: &query::Keyed,
+        source: &Source,
+        only: &[&str],
+        orgs: &[String],
+    ) -> Result<BTreeMap<String, Answers>, QueryError> {
+        let conn = keyed.select(orgs)?;
+        let mut all: BTreeMap<String, Answers> = orgs.iter().map(|o| (o.clone(), Answers::default())).collect();
         for (name, params) in ASKED.into_iter().filter(|(name, _)| only.contains(name)) {
             let named = query::named(name).expect("the page asks named queries");
             let aggregate = AGGREGATED.iter().find(|(n, _)| *n == name).map(|(_, outer)| *outer);
@@ -67,16 +76,23 @@ impl Answers {
             let config =
                 QueryConfig { source: source.clone(), name: name.to_owned(), sql, params, format: Format::Json };
             let text = query::render(&query::execute(conn, &config)?, Format::Json)?;
-            let rows = text
-                .lines()
-                .map(|l| match serde_json::from_str(l) {
-                    Ok(Value::Object(row)) => Ok(row),
-                    _ => Err(QueryError::Db(format!("`{name}` gave a row that is not a JSON object: {l}"))),
-                })
-                .collect::<Result<Vec<Row>, _>>()?;
-            answers.insert(name, Answer { params: config.params.into_iter().collect(), aggregate, rows });
+            let mut rows: BTreeMap<String, Vec<Row>> = BTreeMap::new();
+            for l in text.lines() {
+                let Ok(Value::Object(mut row)) = serde_json::from_str(l) else {
+                    return Err(QueryError::Db(format!("`{name}` gave a row that is not a JSON object: {l}")));
+                };
+                let Some(Value::String(org)) = row.remove(crate::load::catalog::ORGANIZATION) else {
+                    return Err(QueryError::Db(format!("`{name}` gave a row without its organization: {l}")));
+                };
+                rows.entry(org).or_default().push(row);
+            }
+            let params: BTreeMap<String, String> = config.params.into_iter().collect();
+            for (org, answers) in all.iter_mut() {
+                let rows = rows.remove(org).unwrap_or_default();
+                answers.0.insert(name, Answer { params: params.clone(), aggregate, rows });
+            }
         }
-        Ok(Answers(answers))
+        Ok(all)
     }
 
     pub fn rows(&self, name: &str) -> &[Row] {

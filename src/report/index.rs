@@ -100,7 +100,7 @@ pub(super) fn fingerprints(reader: &Reader) -> Result<BTreeMap<String, String>, 
     let tables = match reader {
         Reader::Fleet { .. } => catalog::fleet_tables(),
         Reader::Lake { .. } => catalog::lake_tables(),
-        Reader::Own(_) | Reader::Nothing { .. } => return Ok(BTreeMap::new()),
+        Reader::Own { .. } | Reader::Nothing { .. } => return Ok(BTreeMap::new()),
     };
     // Every view with `organization`.
     let conn = reader.connect(None)?;

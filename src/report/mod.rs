@@ -31,7 +31,7 @@ pub use health::{Health, HealthState, ProblemKind, RunProblem};
 pub use page::SECTIONS;
 
 use crate::out::OutDir;
-use crate::query::{QueryError, Reader, Source, Switchable};
+use crate::query::{Keyed, QueryError, Reader, Source};
 use crate::Error;
 
 /// A sync older than this is shown as stale: a daily schedule, with two hours' slack.
@@ -158,7 +158,7 @@ pub async fn write(config: ReportConfig) -> Result<ReportSummary, Error> {
                     writer.display()
                 )]));
             }
-            Reader::nothing(vec![])?
+            Reader::nothing(vec![])
         }
         _ => Reader::open(&config.source).await?,
     };
@@ -235,22 +235,33 @@ fn page_file(org: &str) -> String {
     format!("{name}.html")
 }
 
-/// One organization's health as of now, and the answers of the named queries in `asked` (the
-/// health reads `run_health`'s): what a page needs to be kept or made.
-fn org_health(
-    conn: &Switchable,
+/// Organizations whose answers a report holds at once: it asks each named query once per this
+/// many (one query answers for all of them), and holds their rows until their pages are made.
+const CHUNK: usize = 250;
+
+/// The health as of now of each of `orgs` (`None`: one organization's own warehouse), and the
+/// answers of the named queries in `asked` (the health reads `run_health`'s): what a page needs
+/// to be kept or made.
+fn healths(
+    keyed: &Keyed,
     config: &ReportConfig,
-    org: Option<&str>,
+    orgs: &[Option<&str>],
     now: DateTime<Utc>,
     asked: &[&str],
-) -> Result<(Health, data::Answers), Error> {
-    // What the output directory says is read around the data (see [`runs::look`]).
-    let look = runs::look(&config.state, org);
-    let answers = data::Answers::ask(conn.select(org)?, &config.source, asked)?;
-    let rows = rows::Typed::of(&answers)?;
-    let found = runs::findings(look, &rows.run_health);
-    let health = Health::of(&rows.run_health, &found.problems, found.running.as_deref(), now, config.stale_after);
-    Ok((health, answers))
+) -> Result<Vec<(Health, data::Answers)>, Error> {
+    // What the output directory says is read before the data (see [`runs::look`]).
+    let looks: Vec<_> = orgs.iter().map(|org| runs::look(&config.state, *org)).collect();
+    let names: Vec<String> = orgs.iter().map(|org| org.unwrap_or(crate::query::OWN).to_owned()).collect();
+    let mut answers = data::Answers::ask(keyed, &config.source, asked, &names)?;
+    let mut known = vec![];
+    for (look, name) in looks.into_iter().zip(&names) {
+        let answers = answers.remove(name).unwrap_or_default();
+        let rows = rows::Typed::of(&answers)?;
+        let found = runs::findings(look, &rows.run_health);
+        let health = Health::of(&rows.run_health, &found.problems, found.running.as_deref(), now, config.stale_after);
+        known.push((health, answers));
+    }
+    Ok(known)
 }
 
 /// Every named query the page asks.
@@ -258,31 +269,26 @@ fn every_query() -> Vec<&'static str> {
     data::ASKED.iter().map(|(name, _)| *name).collect()
 }
 
-/// One organization's page (`overview`: the overview's path from it), from its health and the
-/// answers [`org_health`] read, and the other named queries' answers.
+/// One organization's page (`overview`: the overview's path from it), from its health and every
+/// named query's answers.
 fn org_page(
-    conn: &Switchable,
-    config: &ReportConfig,
     org: Option<&str>,
+    config: &ReportConfig,
     (source, now, overview): (&str, DateTime<Utc>, Option<&str>),
-    (health, mut answers): (Health, data::Answers),
-) -> Result<(Health, page::Built), Error> {
-    let rest: Vec<&str> = every_query().into_iter().filter(|q| !answers.0.contains_key(q)).collect();
-    if !rest.is_empty() {
-        answers.0.extend(data::Answers::ask(conn.select(org)?, &config.source, &rest)?.0);
-    }
-    let rows = rows::Typed::of(&answers)?;
-    let built = page::org_page(&page::OrgPage {
+    health: &Health,
+    answers: &data::Answers,
+) -> Result<page::Built, Error> {
+    let rows = rows::Typed::of(answers)?;
+    Ok(page::org_page(&page::OrgPage {
         organization: org,
         source,
         generated_at: now,
-        answers: &answers,
+        answers,
         rows: &rows,
-        health: &health,
+        health,
         overview,
         stale_after: config.stale_after,
-    });
-    Ok((health, built))
+    }))
 }
 
 /// A message cut to 300 characters.
@@ -308,12 +314,13 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
     let mut summaries = vec![];
     let mut written = vec![];
     let pages = pages(reader, config)?;
-    let conn = reader.switchable()?;
+    let keyed = reader.keyed()?;
     let (mut made, mut kept) = (0, 0);
     match pages {
         Pages::One(org) => {
-            let known = org_health(&conn, config, org.as_deref(), now, &every_query())?;
-            let (health, built) = org_page(&conn, config, org.as_deref(), (&source, now, None), known)?;
+            let (health, answers) =
+                healths(&keyed, config, &[org.as_deref()], now, &every_query())?.pop().expect("one organization");
+            let built = org_page(org.as_deref(), config, (&source, now, None), &health, &answers)?;
             crate::out::write_atomic(&index, built.html.as_bytes())?;
             summaries.push(summary(org, index.clone(), &health, now, &built.sections));
             made += 1;
@@ -343,44 +350,64 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
             let _ = std::fs::remove_file(config.dir.join(index::INDEX_FILE));
             let mut rows = vec![];
             let mut next = BTreeMap::new();
-            for org in orgs {
-                let file = page_file(&org);
-                let path = org_dir.join(&file);
-                let fingerprint = fingerprints.as_ref().and_then(|f| f.get(&org)).map(String::as_str);
-                // Its health as of now, with `run_health` alone where a page may be kept (every
-                // query where it will be made).
+            let rest: Vec<&str> = every_query().into_iter().filter(|q| *q != "run_health").collect();
+            for chunk in orgs.chunks(CHUNK) {
+                // Their health as of now, with `run_health` alone; then the other queries of the
+                // organizations whose page is made.
                 let t = std::time::Instant::now();
-                let asked = if kept_pages.pages.contains_key(&org) { vec!["run_health"] } else { every_query() };
-                let (health, answers) = org_health(&conn, config, Some(&org), now, &asked)?;
-                let key = index::key(fingerprint, &health);
-                keys_ms += t.elapsed().as_millis();
-                // A page is kept when the organization's data and health are what they were when
-                // it was made; its health and last run's figures are as of now all the same.
-                let (health, figures, page) = match kept_pages.current(&config.dir, &org, &key) {
-                    Some(page) => {
-                        kept += 1;
-                        summaries.push(summary(Some(org.clone()), path, &health, page.made_at, &BTreeMap::new()));
-                        let mut figures = page.figures.clone();
-                        figures.extend(page::health_figures(&rows::Typed::of(&answers)?));
-                        (health, figures, page.clone())
-                    }
-                    None => {
-                        let t = std::time::Instant::now();
-                        let overview = Some("../index.html");
-                        let (health, built) =
-                            org_page(&conn, config, Some(&org), (&source, now, overview), (health, answers))?;
-                        pages_ms += t.elapsed().as_millis();
-                        crate::out::write_atomic(&path, built.html.as_bytes())?;
-                        made += 1;
-                        summaries.push(summary(Some(org.clone()), path, &health, now, &built.sections));
-                        let page =
-                            index::Kept { file: file.clone(), key, made_at: now, figures: built.figures.clone() };
-                        (health, built.figures, page)
-                    }
+                let names: Vec<Option<&str>> = chunk.iter().map(|org| Some(org.as_str())).collect();
+                let known = healths(&keyed, config, &names, now, &["run_health"])?;
+                let mut keyed_pages = vec![];
+                for (org, (health, answers)) in chunk.iter().zip(known) {
+                    let fingerprint = fingerprints.as_ref().and_then(|f| f.get(org)).map(String::as_str);
+                    let key = index::key(fingerprint, &health);
+                    let page = kept_pages.current(&config.dir, org, &key).cloned();
+                    keyed_pages.push((org, health, answers, key, page));
+                }
+                let to_make: Vec<String> =
+                    keyed_pages.iter().filter(|(.., page)| page.is_none()).map(|(org, ..)| (*org).clone()).collect();
+                let mut more = match to_make.is_empty() {
+                    true => BTreeMap::new(),
+                    false => data::Answers::ask(&keyed, &config.source, &rest, &to_make)?,
                 };
-                written.push(file.clone());
-                next.insert(org.clone(), page);
-                rows.push(page::OverviewRow { organization: org, page: format!("org/{file}"), health, figures });
+                keys_ms += t.elapsed().as_millis();
+                for (org, health, mut answers, key, page) in keyed_pages {
+                    let file = page_file(org);
+                    let path = org_dir.join(&file);
+                    // A page is kept when the organization's data and health are what they were
+                    // when it was made; its health and last run's figures are as of now all the
+                    // same.
+                    let (figures, page) = match page {
+                        Some(page) => {
+                            kept += 1;
+                            summaries.push(summary(Some(org.clone()), path, &health, page.made_at, &BTreeMap::new()));
+                            let mut figures = page.figures.clone();
+                            figures.extend(page::health_figures(&rows::Typed::of(&answers)?));
+                            (figures, page)
+                        }
+                        None => {
+                            let t = std::time::Instant::now();
+                            answers.0.extend(more.remove(org).unwrap_or_default().0);
+                            let overview = Some("../index.html");
+                            let built = org_page(Some(org), config, (&source, now, overview), &health, &answers)?;
+                            pages_ms += t.elapsed().as_millis();
+                            crate::out::write_atomic(&path, built.html.as_bytes())?;
+                            made += 1;
+                            summaries.push(summary(Some(org.clone()), path, &health, now, &built.sections));
+                            let page =
+                                index::Kept { file: file.clone(), key, made_at: now, figures: built.figures.clone() };
+                            (built.figures, page)
+                        }
+                    };
+                    written.push(file);
+                    next.insert(org.clone(), page);
+                    rows.push(page::OverviewRow {
+                        organization: org.clone(),
+                        page: format!("org/{}", page_file(org)),
+                        health,
+                        figures,
+                    });
+                }
             }
             tracing::debug!(
                 keys_ms = keys_ms as u64,

@@ -595,6 +595,12 @@ fn fleet_run_writes_the_pages_whose_data_or_health_changed() {
     assert_eq!(note(&o), (3, 0), "every page at first");
     let first = org_pages(&out);
     assert_eq!(first.keys().collect::<Vec<_>>(), ["one.html", "three.html", "two.html"]);
+    // The pages were made from one query per named query over every organization, split by
+    // organization: each page's rows are what `query --org` answers of its organization alone.
+    for org in ["one", "two", "three"] {
+        let page = data_of(&first[&format!("{org}.html")]);
+        assert_numbers_match_queries(dir.path(), &out, &page, &["--org", org]);
+    }
     let overview = generated();
 
     // Nothing changed: every page kept, the overview made anew, every organization fresh.
@@ -638,6 +644,18 @@ fn fleet_run_writes_the_pages_whose_data_or_health_changed() {
     assert_exit(&[], &o, 0);
     assert!(report::<Value>(&o)["report"].is_null());
     assert_eq!(std::fs::read_to_string(out.join("report/index.html")).unwrap(), before);
+
+    // `report` makes every page again, each named query asked once for the three organizations
+    // and split by organization (`two` has a status change by now): each page's rows are what
+    // `query --org` answers of its organization alone.
+    let o = Bin::new(dir.path()).args(["report"]).out(&out).run();
+    assert!(matches!(o.status.code(), Some(0 | 7)), "{}", show(&[], &o));
+    for org in ["one", "two", "three"] {
+        let page = data_of(&std::fs::read_to_string(out.join(format!("report/org/{org}.html"))).unwrap());
+        assert_numbers_match_queries(dir.path(), &out, &page, &["--org", org]);
+        let changes = page["queries"]["status_changes"]["rows"].as_array().unwrap().len();
+        assert_eq!(changes > 0, org == "two", "{org}: {changes} weeks of status changes");
+    }
 
     // A kept page's age, as the browser tells it: made just now, nothing more; made three days
     // ago (past the 26 h stale limit), its health is as of then.

@@ -30,7 +30,7 @@ pub use readback::{
     PreviousRows,
 };
 
-use super::catalog::{self, Shape};
+use super::catalog::{self, Shape, ORGANIZATION};
 use super::LoadError;
 use crate::out::OutDir;
 
@@ -304,34 +304,46 @@ pub fn has_table(conn: &Connection, name: &str) -> Result<bool, LoadError> {
 }
 
 /// What a view over `source`, a table of many organizations (a fleet warehouse's, the lake's),
-/// selects: with `org`, that organization's rows without the `hidden` columns (one
-/// organization's columns); without, every row.
+/// selects: see [`Rows`]. `hidden` are the columns of `source` that are not the table's own (the
+/// lake's partition columns), `organization` among them.
 pub fn organization_select(source: &str, rows: Rows<'_>, hidden: &[&str]) -> String {
+    let other: Vec<&str> = hidden.iter().copied().filter(|c| *c != ORGANIZATION).collect();
+    let keyed = match other.as_slice() {
+        [] => format!("SELECT * FROM {source}"),
+        other => format!("SELECT * EXCLUDE ({}) FROM {source}", other.join(", ")),
+    };
     match rows {
         Rows::Of(org) => {
             format!("SELECT * EXCLUDE ({}) FROM {source} WHERE organization = {}", hidden.join(", "), sql_literal(org))
         }
-        Rows::Switched => format!(
-            "SELECT * EXCLUDE ({}) FROM {source} WHERE organization = getvariable('{ORG_VARIABLE}')",
-            hidden.join(", ")
-        ),
         Rows::Every => format!("SELECT * FROM {source}"),
+        Rows::Keyed => format!(
+            "{keyed} WHERE getvariable('{ORGS_VARIABLE}') IS NULL OR list_contains(getvariable('{ORGS_VARIABLE}'), organization)"
+        ),
     }
 }
 
-/// The connection variable that names the organization a [`Rows::Switched`] view shows.
-pub const ORG_VARIABLE: &str = "creator_etl_org";
+/// The connection variable that lists the organizations a [`Rows::Keyed`] view shows (a list
+/// of names; every organization while it is unset).
+pub const ORGS_VARIABLE: &str = "creator_etl_orgs";
+
+/// The statement that makes [`Rows::Keyed`] views show the organizations `orgs`.
+pub fn keyed_to(orgs: &[String]) -> String {
+    format!("SET VARIABLE {ORGS_VARIABLE} = [{}]::VARCHAR[];", sql_list(orgs))
+}
 
 /// Which rows of a table of many organizations a view shows.
 #[derive(Clone, Copy, Debug)]
 pub enum Rows<'a> {
-    /// Every organization's, with `organization`.
+    /// Every organization's, with `organization` and every other column of the source (a SQL
+    /// file read without `--org`).
     Every,
-    /// One organization's, with one organization's columns.
+    /// One organization's, with one organization's columns (a SQL file read with `--org`).
     Of(&'a str),
-    /// The organization the connection's variable [`ORG_VARIABLE`] names, with one
-    /// organization's columns: one connection reads organization after organization.
-    Switched,
+    /// The table's columns and `organization`, of the organizations the connection's variable
+    /// [`ORGS_VARIABLE`] lists ([`keyed_to`]), or of every one: what the named queries read,
+    /// written with `organization` as a key, so that one query answers for many organizations.
+    Keyed,
 }
 
 impl<'a> Rows<'a> {
