@@ -117,7 +117,7 @@ def _views(con: duckdb.DuckDBPyConnection, prefix: str, hidden: dict, within: st
     if ORG is None and len(organizations) > 1:
         raise ValueError(
             f"{within} holds {len(organizations)} organizations ({', '.join(sorted(organizations))}); "
-            "the named queries are per organization: set CREATOR_ETL_ORG"
+            "a notebook shows one organization: set CREATOR_ETL_ORG"
         )
     if ORG is not None and ORG not in organizations:
         raise ValueError(f"CREATOR_ETL_ORG={ORG}: {within} holds no rows of it ({', '.join(sorted(organizations))})")

@@ -7,6 +7,10 @@
 //! Each file opens with `--` comments: its purpose, `-- params: NAME (default …), …` and
 //! `-- columns: …`. Parameters reach the SQL as DuckDB variables (`getvariable('NAME')`, text,
 //! cast by the query): the query's own text is never edited.
+//!
+//! The named queries are written with `organization` as a key, over views that have it
+//! ([`Reader::keyed`]), so that one query answers for many organizations (the report); `query`
+//! prints one organization's answer without it.
 
 use std::path::{Path, PathBuf};
 
@@ -52,7 +56,7 @@ pub enum QueryError {
     NoWarehouse(String),
     #[error("no lake table `{table}` under `{url}`; load an organization into it first (`creator-etl load --lake … --org …`)")]
     NoLake { url: String, table: String },
-    #[error("{within} holds {} organizations ({}); the named queries are per organization: add `--org NAME`", .holds.len(), .holds.join(", "))]
+    #[error("{within} holds {} organizations ({}); a named query prints one organization's answer: add `--org NAME`", .holds.len(), .holds.join(", "))]
     ManyOrganizations { within: &'static str, holds: Vec<String> },
     #[error("`--org {org}`: {within} holds no rows of it; it holds {}", if .holds.is_empty() { "none yet".to_owned() } else { .holds.join(", ") })]
     UnknownOrganization { within: &'static str, org: String, holds: Vec<String> },
@@ -489,28 +493,36 @@ pub fn render(batches: &[RecordBatch], format: Format) -> Result<String, QueryEr
         }
         Format::Json => {
             let mut out = String::new();
-            let options = FormatOptions::default();
-            for b in batches {
-                let schema = b.schema();
-                let fmts = formatters(b, &options)?;
-                for row in 0..b.num_rows() {
-                    let mut obj = serde_json::Map::new();
-                    for (i, field) in schema.fields().iter().enumerate() {
-                        let col = b.column(i);
-                        let value = if col.is_null(row) {
-                            serde_json::Value::Null
-                        } else {
-                            json_value(field.data_type(), &fmts[i].value(row).to_string())
-                        };
-                        obj.insert(field.name().clone(), value);
-                    }
-                    out.push_str(&serde_json::Value::Object(obj).to_string());
-                    out.push('\n');
-                }
+            for row in json_rows(batches)? {
+                out.push_str(&serde_json::Value::Object(row).to_string());
+                out.push('\n');
             }
             Ok(out)
         }
     }
+}
+
+/// The rows as JSON objects: what `--format json` prints, a line each.
+pub fn json_rows(batches: &[RecordBatch]) -> Result<Vec<serde_json::Map<String, serde_json::Value>>, QueryError> {
+    let options = FormatOptions::default();
+    let mut rows = vec![];
+    for b in batches {
+        let schema = b.schema();
+        let fmts = formatters(b, &options)?;
+        for row in 0..b.num_rows() {
+            let mut obj = serde_json::Map::new();
+            for (i, field) in schema.fields().iter().enumerate() {
+                let value = if b.column(i).is_null(row) {
+                    serde_json::Value::Null
+                } else {
+                    json_value(field.data_type(), &fmts[i].value(row).to_string())
+                };
+                obj.insert(field.name().clone(), value);
+            }
+            rows.push(obj);
+        }
+    }
+    Ok(rows)
 }
 
 /// A text formatter for each column of a batch.

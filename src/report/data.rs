@@ -75,14 +75,10 @@ impl Answers {
             let params: Vec<(String, String)> = params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
             let config =
                 QueryConfig { source: source.clone(), name: name.to_owned(), sql, params, format: Format::Json };
-            let text = query::render(&query::execute(conn, &config)?, Format::Json)?;
             let mut rows: BTreeMap<String, Vec<Row>> = BTreeMap::new();
-            for l in text.lines() {
-                let Ok(Value::Object(mut row)) = serde_json::from_str(l) else {
-                    return Err(QueryError::Db(format!("`{name}` gave a row that is not a JSON object: {l}")));
-                };
+            for mut row in query::json_rows(&query::execute(conn, &config)?)? {
                 let Some(Value::String(org)) = row.remove(crate::load::catalog::ORGANIZATION) else {
-                    return Err(QueryError::Db(format!("`{name}` gave a row without its organization: {l}")));
+                    return Err(QueryError::Db(format!("`{name}` gave a row without its organization")));
                 };
                 rows.entry(org).or_default().push(row);
             }

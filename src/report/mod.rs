@@ -1,8 +1,9 @@
 //! `creator-etl report`: a self-contained HTML page of what the warehouse (or the lake) knows,
 //! written to `OUT/report/index.html`, that anyone can open from a file, mail or host.
 //!
-//! - [`data`]: the named queries' answers for one organization (the page's numbers come from
-//!   them and nothing else) and its health (fresh, stale, failed, running, never synced);
+//! - [`data`]: the named queries' answers, asked once for many organizations and split by
+//!   organization (the page's numbers come from them and nothing else), and [`health`]: each
+//!   organization's (fresh, stale, failed, running, never synced);
 //! - [`charts`]: the charts, drawn by `plotters` into inline SVG;
 //! - [`page`]: the HTML of an organization's page and of the overview of several.
 //!

@@ -224,7 +224,13 @@ fn a_killed_run_resumes_without_refetching() {
             "30",
         ];
         let mut child = spawn_bin(&[&["extract"][..], &common].concat());
-        std::thread::sleep(Duration::from_millis(150 + fastrand::u64(0..600)));
+        // Once the run has begun (a loaded machine can take most of a second to start the
+        // binary), at a random point of it.
+        let begun = std::time::Instant::now();
+        while emu.state.requests().is_empty() && begun.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(fastrand::u64(0..300)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         let before = emu.state.requests().len();
