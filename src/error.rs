@@ -35,6 +35,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Stopped by a first Ctrl-C or SIGTERM, before it was done; what was left.
+    #[error("stopped by Ctrl-C or SIGTERM: {0}")]
+    Interrupted(&'static str),
     #[error("{context}")]
     Io {
         context: String,
@@ -75,6 +78,7 @@ impl Error {
             Error::Action(ActionError::Out(OutError::Locked { .. })) => exit::LOCKED,
             Error::Query(QueryError::Db(_) | QueryError::Lake(_) | QueryError::Warehouse(_)) => exit::FAILED,
             Error::Query(_) => exit::USAGE,
+            Error::Interrupted(_) => exit::INTERRUPTED,
             _ => exit::FAILED,
         }
     }

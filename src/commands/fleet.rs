@@ -264,7 +264,8 @@ pub async fn run(args: &FleetRunArgs, global: &GlobalArgs) -> Result<u8, Error> 
             None
         }
         (Some(_), false) => {
-            let config = crate::report::ReportConfig::after_fleet_run(&crate::out::OutDir::new(&global.out));
+            let out = crate::out::OutDir::new(&global.out);
+            let config = crate::report::ReportConfig::after_fleet_run(&out, stop.clone());
             Some(ReportNote::write(config).await)
         }
         _ => None,

@@ -78,6 +78,9 @@ pub struct ReportConfig {
     pub state: RunState,
     pub stale_after: Duration,
     pub refresh: Refresh,
+    /// Cancelled by a first Ctrl-C or SIGTERM (`fleet run`'s): the report stops before its next
+    /// page ([`Error::Interrupted`]).
+    pub stop: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl ReportConfig {
@@ -91,12 +94,13 @@ impl ReportConfig {
             state: RunState::Own { out: out.clone(), locked_here: true },
             stale_after: DEFAULT_STALE_AFTER,
             refresh: Refresh::All,
+            stop: None,
         }
     }
 
     /// The report `fleet run` writes of its fleet warehouse once it has published it and let go
-    /// of the fleet's lock: the pages that changed, and the overview.
-    pub fn after_fleet_run(out: &OutDir) -> Self {
+    /// of the fleet's lock: the pages that changed, and the overview; until `stop`.
+    pub fn after_fleet_run(out: &OutDir, stop: tokio_util::sync::CancellationToken) -> Self {
         ReportConfig {
             source: Source::Warehouse { path: out.warehouse(), org: None },
             org: None,
@@ -104,6 +108,7 @@ impl ReportConfig {
             state: RunState::Fleet(out.root().to_path_buf()),
             stale_after: DEFAULT_STALE_AFTER,
             refresh: Refresh::Changed,
+            stop: Some(stop),
         }
     }
 }
@@ -373,6 +378,12 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                 };
                 keys_ms += t.elapsed().as_millis();
                 for (org, health, mut answers, key, page) in keyed_pages {
+                    if config.stop.as_ref().is_some_and(|s| s.is_cancelled()) {
+                        return Err(Error::Interrupted(
+                            "the report stopped between two pages: the pages made so far are written, \
+                             the overview is the last report's, and the next report makes every page",
+                        ));
+                    }
                     let file = page_file(org);
                     let path = org_dir.join(&file);
                     // A page is kept when the organization's data and health are what they were

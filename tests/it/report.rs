@@ -657,6 +657,24 @@ fn fleet_run_writes_the_pages_whose_data_or_health_changed() {
         assert_eq!(changes > 0, org == "two", "{org}: {changes} weeks of status changes");
     }
 
+    // A first Ctrl-C or SIGTERM while `fleet run` writes its report stops it before its next
+    // page: the overview stays the last report's, and no page list is left, so the next report
+    // makes every page.
+    let overview = std::fs::read_to_string(out.join("report/index.html")).unwrap();
+    assert!(out.join("report/pages.json").is_file());
+    let stop = tokio_util::sync::CancellationToken::new();
+    stop.cancel();
+    let stopped = creator_etl::report::ReportConfig::after_fleet_run(&creator_etl::out::OutDir::new(&out), stop);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let e = rt.block_on(creator_etl::report::write(stopped)).unwrap_err();
+    assert_eq!(e.exit_code(), creator_etl::exit::INTERRUPTED, "{e}");
+    assert!(e.to_string().contains("the next report makes every page"), "{e}");
+    assert!(!out.join("report/pages.json").exists());
+    assert_eq!(std::fs::read_to_string(out.join("report/index.html")).unwrap(), overview);
+    let o = run(&[], &keys);
+    assert_exit(&[], &o, 0);
+    assert_eq!(note(&o), (3, 0), "every page made again");
+
     // A kept page's age, as the browser tells it: made just now, nothing more; made three days
     // ago (past the 26 h stale limit), its health is as of then.
     let page = out.join("report/org/one.html");
