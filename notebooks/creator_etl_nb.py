@@ -76,10 +76,11 @@ def connect() -> duckdb.DuckDBPyConnection:
                 "CREATOR_ETL_ORG picks an organization of a fleet warehouse or a lake"
             )
         # One organization's tables have no `organization`: the views add an empty one.
-        tables = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'warehouse'").fetchall()
-        for (table,) in tables:
-            con.execute(f'CREATE VIEW "{table}" AS SELECT \'\' AS organization, * FROM warehouse."{table}"')
-        con.execute(VIEWS_SQL.read_text())
+        present = "SELECT table_name FROM duckdb_tables() WHERE database_name = 'warehouse' AND schema_name = 'main'"
+        tables = {row[0] for row in con.execute(present).fetchall()}
+        for table in [t for t in LAKE_TABLES if t in tables]:
+            con.execute(f"CREATE VIEW {table} AS SELECT '' AS organization, * FROM warehouse.main.{table}")
+        con.execute(_views_sql())
         return con
     return _views(con, "warehouse.", {table: ["organization"] for table in LAKE_TABLES}, "the fleet warehouse")
 
@@ -127,8 +128,14 @@ def _views(con: duckdb.DuckDBPyConnection, prefix: str, hidden: dict, within: st
         where = "" if ORG is None else " WHERE organization = '{}'".format(ORG.replace("'", "''"))
         con.execute(f"CREATE VIEW {table} AS SELECT {columns} FROM {prefix}{table}{where}")
     # The warehouse's own views over those tables (`cohort_acceptance`), from the same file.
-    con.execute(VIEWS_SQL.read_text())
+    con.execute(_views_sql())
     return con
+
+
+def _views_sql() -> str:
+    """The warehouse's views, keyed by organization as the named queries read them (creator-etl's
+    `catalog::views_sql(true)`)."""
+    return VIEWS_SQL.read_text().replace("{key}", "organization, ")
 
 
 def query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFrame:

@@ -28,7 +28,8 @@ pub struct QueryArgs {
     #[arg(long, env = "CREATOR_ETL_LAKE", value_name = "URL")]
     pub lake: Option<String>,
     /// Only this organization's rows of a lake or a fleet warehouse, with one organization's
-    /// columns (the named queries need it when there are several)
+    /// columns (a named query prints one organization's answer: it needs `--org` when there
+    /// are several)
     #[arg(long, value_name = "NAME")]
     pub org: Option<String>,
     /// With `--lake`: read every table at the versions in this report (the JSON that `load

@@ -56,7 +56,15 @@ impl ReportArgs {
             (None, false) => RunState::Own { out: out.clone(), locked_here: false },
         };
         let refresh = crate::report::Refresh::All;
-        Ok(ReportConfig { source, org: self.org.clone(), dir: out.report_dir(), state, stale_after, refresh, stop: None })
+        Ok(ReportConfig {
+            source,
+            org: self.org.clone(),
+            dir: out.report_dir(),
+            state,
+            stale_after,
+            refresh,
+            stop: None,
+        })
     }
 }
 

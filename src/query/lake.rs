@@ -9,11 +9,12 @@
 //!   any more (of any organization) are pruned after an hour.
 //! - The Delta log is input like any other: a data file's path must be relative and plain
 //!   ([`inside_table`]), or the table is refused.
-//! - With `--org NAME` only that organization's files are read, and the views have exactly the
-//!   warehouse's columns, so every named query answers as it does on that organization's own
-//!   warehouse. Without it the views add the `organization` column (and `year` where the table
-//!   is partitioned by it), and the named queries, written for one organization, refuse a lake
-//!   that holds several.
+//! - With `--org NAME` only that organization's files are read. A SQL file's views have exactly
+//!   the warehouse's columns; without `--org` they add the `organization` column (and `year`
+//!   where the table is partitioned by it). The named queries read views with the warehouse's
+//!   columns and `organization` ([`Rows::Keyed`]), and answer as they do on that organization's
+//!   own warehouse; `query` prints one organization's answer, so they refuse a lake that holds
+//!   several without `--org`.
 //!
 //! Each table is read at its own current version (reported by [`Snapshot::versions`]), `runs`
 //! first: the writer commits `runs` last, so an organization listed there has a completed sync
@@ -109,8 +110,9 @@ impl Snapshot {
         self.tables.iter().map(|t| (t.table, t.version)).collect()
     }
 
-    /// The SQL that makes one view per table: of one organization's rows, with the warehouse's
-    /// columns and views, or of every organization's.
+    /// The SQL that makes one view per table, with the warehouse's views, of the `rows` (see
+    /// [`Rows`]): of one organization, with the warehouse's columns; of every organization, with
+    /// the partition columns too; or the named queries' views, with `organization`.
     pub fn views_sql(&self, rows: Rows<'_>) -> String {
         let mut sql = String::new();
         for t in &self.tables {
@@ -133,7 +135,7 @@ impl Snapshot {
         }
         // The warehouse's own views over those tables, per organization.
         if !matches!(rows, Rows::Every) {
-            sql.push_str(crate::load::catalog::VIEWS_SQL);
+            sql.push_str(&crate::load::catalog::views_sql(matches!(rows, Rows::Keyed)));
         }
         sql
     }

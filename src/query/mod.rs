@@ -289,35 +289,41 @@ impl Reader {
     /// a key, one query answers for many organizations), of the organizations
     /// [`Keyed::select`] picks. One organization's warehouse has [`OWN`] as its organization.
     pub fn keyed(&self) -> Result<Keyed, QueryError> {
-        use crate::load::catalog::{Shape, VIEWS_SQL};
+        use crate::load::catalog::{views_sql, Shape};
         let conn = match self {
             Reader::Own { path, .. } => {
                 let conn = duckdb::Connection::open_in_memory().map_err(db)?;
                 crate::load::warehouse::no_downloads(&conn).map_err(db)?;
                 let path = crate::load::warehouse::sql_literal(&path.display().to_string());
                 conn.execute_batch(&format!("ATTACH {path} AS own (READ_ONLY);")).map_err(db)?;
-                let tables = {
+                // The catalog's tables that the file has (an older one may lack some), and no
+                // other: a table of the user's, in another schema say, is none of the queries'.
+                let present: Vec<String> = {
                     let mut stmt = conn
-                        .prepare("SELECT table_name FROM duckdb_tables() WHERE database_name = 'own' ORDER BY 1")
+                        .prepare(
+                            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'own' AND schema_name = 'main'",
+                        )
                         .map_err(db)?;
                     let names = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(db)?;
                     names.collect::<Result<Vec<_>, _>>().map_err(db)?
                 };
                 let own = crate::load::warehouse::sql_literal(OWN);
                 let mut sql = String::new();
-                for t in tables {
-                    sql.push_str(&format!(
-                        "CREATE VIEW \"{t}\" AS SELECT {own} AS organization, * FROM own.\"{t}\";\n"
-                    ));
+                for t in crate::load::catalog::tables_of(Shape::One).into_iter().map(|t| t.name) {
+                    if present.iter().any(|p| p == t) {
+                        sql.push_str(&format!(
+                            "CREATE VIEW {t} AS SELECT {own} AS organization, * FROM own.main.{t};\n"
+                        ));
+                    }
                 }
-                sql.push_str(VIEWS_SQL);
+                sql.push_str(&views_sql(true));
                 conn.execute_batch(&sql).map_err(db)?;
                 conn
             }
             Reader::Nothing { .. } => {
                 let conn = duckdb::Connection::open_in_memory().map_err(db)?;
                 crate::load::warehouse::migrate(&conn, Shape::Fleet)?;
-                conn.execute_batch(VIEWS_SQL).map_err(db)?;
+                conn.execute_batch(&views_sql(true)).map_err(db)?;
                 conn
             }
             Reader::Fleet { path, .. } => fleet_views(path, Rows::Keyed)?,
@@ -371,8 +377,8 @@ fn without_organization(batch: &RecordBatch) -> Result<RecordBatch, QueryError> 
 }
 
 /// The organization a query reads of a lake or fleet warehouse that holds `holds`: the one
-/// `--org` names; for a named query (they are per organization), the only one; for a SQL file
-/// without `--org`, every one.
+/// `--org` names; for a named query (`query` prints one organization's answer), the only one;
+/// for a SQL file without `--org`, every one.
 fn pick_organization(
     within: &'static str,
     org: Option<&str>,
@@ -411,7 +417,7 @@ fn fleet_views(path: &Path, rows: Rows<'_>) -> Result<duckdb::Connection, QueryE
         sql.push_str(&format!("CREATE VIEW {t} AS {select};\n"));
     }
     if !matches!(rows, Rows::Every) {
-        sql.push_str(crate::load::catalog::VIEWS_SQL);
+        sql.push_str(&crate::load::catalog::views_sql(matches!(rows, Rows::Keyed)));
     }
     conn.execute_batch(&sql).map_err(db)?;
     Ok(conn)

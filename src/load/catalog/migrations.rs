@@ -2,7 +2,7 @@
 //! fleet's keys dropped, the views remade), and the SQL made from them, with each step's names
 //! followed through later renames and its definitions taken from the catalog as it is now.
 
-use super::{column_sql, create_table, table, tables_of, Column, FleetKey, Shape, ORGANIZATION, VIEWS_SQL};
+use super::{column_sql, create_table, table, tables_of, Column, FleetKey, Shape, ORGANIZATION};
 
 /// A step of a migration: what changed in that version. Definitions come from the catalog.
 #[derive(Clone, Copy, Debug)]
@@ -17,7 +17,7 @@ pub enum Step {
     /// The fleet warehouse's tables whose key is [`FleetKey::Checked`] lose their constraint
     /// (each rebuilt as the catalog has it, keeping its rows).
     DropCheckedKeys,
-    /// The views, remade as [`VIEWS_SQL`] has them.
+    /// The views, remade as [`super::views_sql`] has them.
     Views,
 }
 
@@ -206,7 +206,7 @@ pub(super) fn migration_sql_in(
                     ));
                 }
             }
-            Step::Views => sql.push_str(VIEWS_SQL),
+            Step::Views => sql.push_str(&super::views_sql(false)),
         }
     }
     sql.push_str(&format!("INSERT INTO {} VALUES ({version}, now());\n", shape.version_table()));

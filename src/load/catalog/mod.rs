@@ -165,7 +165,7 @@ pub const YEAR: &str = "year";
 pub const ORGANIZATION: &str = "organization";
 
 /// A view over the tables: its columns, for the dictionary and the schema check; its SQL is
-/// [`VIEWS_SQL`].
+/// [`views_sql`].
 #[derive(Debug)]
 pub struct View {
     pub name: &'static str,
@@ -173,9 +173,16 @@ pub struct View {
     pub columns: &'static [Column],
 }
 
-/// The views' SQL (`CREATE OR REPLACE VIEW`): the warehouse makes them, and the readers of the
-/// lake and of the fleet warehouse make them over their views of the tables.
-pub const VIEWS_SQL: &str = include_str!("views.sql");
+/// The views' SQL (`CREATE OR REPLACE VIEW`), with `{key}` where a view is keyed by
+/// organization ([`views_sql`]).
+const VIEWS_TEMPLATE: &str = include_str!("views.sql");
+
+/// The views' SQL: the warehouse makes them, and the readers of the lake and of the fleet
+/// warehouse make them over their views of the tables; `keyed` over tables with `organization`
+/// (the named queries' views), each view then keyed by it.
+pub fn views_sql(keyed: bool) -> String {
+    VIEWS_TEMPLATE.replace("{key}", if keyed { "organization, " } else { "" })
+}
 
 /// The table named `name`.
 pub fn table(name: &str) -> Option<&'static Table> {
@@ -299,7 +306,7 @@ pub fn create_all_sql(shape: Shape) -> String {
         sql.push_str(&format!("INSERT INTO {} VALUES ({version}, now());\n", shape.version_table()));
     }
     if shape == Shape::One {
-        sql.push_str(VIEWS_SQL);
+        sql.push_str(&views_sql(false));
     }
     sql
 }

@@ -297,7 +297,7 @@ pub const TABLES: [&Table; 11] = [
     &SCHEMA_VERSION,
 ];
 
-/// The views, as [`VIEWS_SQL`] makes them.
+/// The views, as [`super::views_sql`] makes them.
 pub const VIEWS: [View; 1] = [View {
     name: "cohort_acceptance",
     about: "The acceptance rate per post-count bucket, over every month (`queries/cohort_acceptance.sql` reads it).",

@@ -2,11 +2,11 @@
 -- warehouse creates them in its migrations; the lake readers (`creator-etl query --lake`, the
 -- notebooks) create them over their views of the lake's tables.
 --
--- Written to serve both shapes: grouped by every column of `post_count_cohorts` but the month,
--- the status and the counts (GROUP BY ALL over `* EXCLUDE`), which is the bucket, and also
--- `organization` where the tables have it (the named queries' views: see `query`).
+-- `{key}` is where the named queries' views (every table with `organization`: see `query`) key
+-- each view by organization: it reads `organization, ` there, and nothing in the warehouse and
+-- in the views of one organization's rows (`catalog::views_sql`).
 CREATE OR REPLACE VIEW cohort_acceptance AS
-SELECT * EXCLUDE (applied_month, status, applications, creators, accounts, total_monthly_posts),
+SELECT {key}bucket, bucket_min, bucket_max,
        CAST(sum(applications) AS BIGINT) AS applications,
        CAST(sum(creators) AS BIGINT) AS creators,
        CAST(coalesce(sum(applications) FILTER (WHERE status = 'accepted'), 0) AS BIGINT) AS accepted,
@@ -15,4 +15,4 @@ SELECT * EXCLUDE (applied_month, status, applications, creators, accounts, total
        CAST(sum(applications) FILTER (WHERE status = 'accepted') AS DOUBLE)
          / nullif(sum(applications) FILTER (WHERE status IN ('accepted', 'rejected')), 0) AS acceptance_rate
 FROM post_count_cohorts
-GROUP BY ALL;
+GROUP BY {key}bucket, bucket_min, bucket_max;
