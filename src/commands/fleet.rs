@@ -254,7 +254,7 @@ pub async fn run(args: &FleetRunArgs, global: &GlobalArgs) -> Result<u8, Error> 
         return Err(Error::Config(vec!["no organization selected: check `--only` and `--shard`".into()]));
     }
     let stop = crate::stop::stop_signal();
-    let report = crate::fleet::run::run(jobs, &options, stop.clone()).await?;
+    let mut report = crate::fleet::run::run(jobs, &options, stop.clone()).await?;
     // Once the fleet warehouse is published and the fleet's lock let go: a fleet warehouse that
     // was never published (every first sync failed) still gets an overview of the status files.
     // Not after Ctrl-C or SIGTERM: the fleet was asked to stop; the next report shows it.
@@ -270,6 +270,11 @@ pub async fn run(args: &FleetRunArgs, global: &GlobalArgs) -> Result<u8, Error> 
         }
         _ => None,
     };
+    // A report stopped by Ctrl-C or SIGTERM is an interrupted run, unless the fleet's own
+    // outcome already failed.
+    if note.as_ref().is_some_and(|n| n.interrupted) && report.exit_code == crate::exit::OK {
+        report.exit_code = crate::exit::INTERRUPTED;
+    }
     eprint!("{}", report.summary());
     print_json(&FleetRunOutput { fleet: &report, report: note })?;
     Ok(report.exit_code)

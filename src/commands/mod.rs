@@ -235,6 +235,9 @@ pub(crate) struct ReportNote {
     error: Option<String>,
     /// How long writing it took.
     duration_ms: u64,
+    /// A Ctrl-C or SIGTERM stopped it ([`crate::Error::Interrupted`]).
+    #[serde(skip)]
+    pub(crate) interrupted: bool,
 }
 
 impl ReportNote {
@@ -254,11 +257,16 @@ impl ReportNote {
                     path: Some(s.path),
                     error: None,
                     duration_ms,
+                    interrupted: false,
                 }
             }
             Err(e) => {
                 let error = e.report();
-                tracing::warn!(%error, "the HTML report could not be written; the data is loaded");
+                let interrupted = matches!(e, Error::Interrupted(_));
+                match interrupted {
+                    true => tracing::warn!(%error, "the HTML report was stopped; the data is loaded"),
+                    false => tracing::warn!(%error, "the HTML report could not be written; the data is loaded"),
+                }
                 ReportNote {
                     path: None,
                     health: None,
@@ -266,6 +274,7 @@ impl ReportNote {
                     pages_kept: None,
                     error: Some(error),
                     duration_ms,
+                    interrupted,
                 }
             }
         }

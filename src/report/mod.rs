@@ -379,9 +379,20 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                 keys_ms += t.elapsed().as_millis();
                 for (org, health, mut answers, key, page) in keyed_pages {
                     if config.stop.as_ref().is_some_and(|s| s.is_cancelled()) {
+                        // The page list as it stands: the pages made or kept so far, and the last
+                        // report's for the others, whose files this report has not touched.
+                        if fingerprints.is_some() {
+                            let mut pages = kept_pages.pages.clone();
+                            pages.extend(next);
+                            if let Err(e) = index::PageIndex::write(&config.dir, &source, pages) {
+                                let error = crate::exit::with_causes(&e);
+                                tracing::warn!(%error, "the report's page index cannot be written; the next report makes every page");
+                            }
+                        }
                         return Err(Error::Interrupted(
-                            "the report stopped between two pages: the pages made so far are written, \
-                             the overview is the last report's, and the next report makes every page",
+                            "the report stopped between two pages: the pages made so far are written, the \
+                             overview is the last report's (none if there was none), and the next report makes \
+                             the pages not made yet",
                         ));
                     }
                     let file = page_file(org);

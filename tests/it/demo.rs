@@ -13,8 +13,7 @@ use crate::util::*;
 pub(crate) fn demo_out() -> &'static Path {
     static OUT: OnceLock<PathBuf> = OnceLock::new();
     OUT.get_or_init(|| {
-        remove_gone_processes_dirs();
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("demo-{}", std::process::id()));
+        let dir = process_dir("demo");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let out = dir.join("data");
@@ -39,22 +38,34 @@ pub(crate) fn demo_out() -> &'static Path {
     })
 }
 
-/// Removes the directories that earlier test processes, now gone, kept under the target's
-/// temporary directory (`demo-PID`, `lake2-PID`: shared by the tests of one process, so no test
-/// can remove its own), which would otherwise pile up at 18 MB a run.
-fn remove_gone_processes_dirs() {
-    if !Path::new("/proc/self").is_dir() {
-        return;
-    }
-    for entry in std::fs::read_dir(env!("CARGO_TARGET_TMPDIR")).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let pid = name.strip_prefix("demo-").or_else(|| name.strip_prefix("lake2-"));
-        if let Some(pid) = pid.filter(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit())) {
-            if !Path::new("/proc").join(pid).exists() {
-                let _ = std::fs::remove_dir_all(entry.path());
+/// A directory of this test process under the target's temporary directory, shared by its tests
+/// (`demo`, `lake2`), so no test can remove it: `KIND-ID`, with an id of this process's own.
+/// The process holds `ID.lock` (an advisory lock) while it lives; the first call removes the
+/// directories of processes whose lock is free (gone: killed, or ended), which would otherwise
+/// pile up at 18 MB a run. A lock is the one test that holds across PID namespaces (containers
+/// sharing the target directory), where a PID is not.
+fn process_dir(kind: &str) -> PathBuf {
+    static OWNER: OnceLock<(String, std::fs::File)> = OnceLock::new();
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let (id, _) = OWNER.get_or_init(|| {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let id = format!("p{}-{nanos}", std::process::id());
+        let file = std::fs::File::create(tmp.join(format!("{id}.lock"))).unwrap();
+        file.lock().unwrap();
+        for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(other) = name.strip_suffix(".lock").filter(|o| o.starts_with('p') && *o != id) else { continue };
+            let gone = std::fs::File::open(entry.path()).is_ok_and(|f| f.try_lock().is_ok());
+            if gone {
+                for kind in ["demo", "lake2"] {
+                    let _ = std::fs::remove_dir_all(tmp.join(format!("{kind}-{other}")));
+                }
+                let _ = std::fs::remove_file(entry.path());
             }
         }
-    }
+        (id, file)
+    });
+    tmp.join(format!("{kind}-{id}"))
 }
 
 fn query(out: &Path, args: &[&str]) -> std::process::Output {
@@ -363,7 +374,7 @@ pub(crate) struct TwoOrgLake {
 pub(crate) fn two_org_lake() -> &'static TwoOrgLake {
     static LAKE: OnceLock<TwoOrgLake> = OnceLock::new();
     LAKE.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("lake2-{}", std::process::id()));
+        let dir = process_dir("lake2");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let demo = dir.join("demo");
