@@ -133,7 +133,7 @@ impl Snapshot {
             let select = crate::load::warehouse::organization_select(&source, rows, &hidden);
             sql.push_str(&format!("CREATE VIEW {} AS {select};\n", t.table));
         }
-        // The warehouse's own views over those tables, per organization.
+        // The warehouse's own views over those tables: of one organization, or keyed.
         if !matches!(rows, Rows::Every) {
             sql.push_str(&crate::load::catalog::views_sql(matches!(rows, Rows::Keyed)));
         }

@@ -406,7 +406,8 @@ fn fleet_organizations(conn: &duckdb::Connection) -> Result<Vec<String>, QueryEr
 }
 
 /// An in-memory connection with the fleet warehouse at `path` attached read-only, and a view
-/// per table of the `rows` (see [`Rows`]), with the warehouse's views but over [`Rows::Every`].
+/// per table of the `rows` (see [`Rows`]), and the warehouse's views over them (none for
+/// [`Rows::Every`]: a SQL file that reads every organization reads the tables).
 fn fleet_views(path: &Path, rows: Rows<'_>) -> Result<duckdb::Connection, QueryError> {
     use crate::load::warehouse::sql_literal;
     let conn = duckdb::Connection::open_in_memory().map_err(db)?;

@@ -307,19 +307,21 @@ pub fn has_table(conn: &Connection, name: &str) -> Result<bool, LoadError> {
 /// selects: see [`Rows`]. `hidden` are the columns of `source` that are not the table's own (the
 /// lake's partition columns), `organization` among them.
 pub fn organization_select(source: &str, rows: Rows<'_>, hidden: &[&str]) -> String {
-    let other: Vec<&str> = hidden.iter().copied().filter(|c| *c != ORGANIZATION).collect();
-    let keyed = match other.as_slice() {
-        [] => format!("SELECT * FROM {source}"),
-        other => format!("SELECT * EXCLUDE ({}) FROM {source}", other.join(", ")),
-    };
     match rows {
         Rows::Of(org) => {
             format!("SELECT * EXCLUDE ({}) FROM {source} WHERE organization = {}", hidden.join(", "), sql_literal(org))
         }
         Rows::Every => format!("SELECT * FROM {source}"),
-        Rows::Keyed => format!(
-            "{keyed} WHERE getvariable('{ORGS_VARIABLE}') IS NULL OR list_contains(getvariable('{ORGS_VARIABLE}'), organization)"
-        ),
+        Rows::Keyed => {
+            let columns = match hidden.iter().filter(|c| **c != ORGANIZATION).copied().collect::<Vec<_>>() {
+                other if other.is_empty() => "*".to_owned(),
+                other => format!("* EXCLUDE ({})", other.join(", ")),
+            };
+            format!(
+                "SELECT {columns} FROM {source} WHERE getvariable('{ORGS_VARIABLE}') IS NULL \
+                 OR list_contains(getvariable('{ORGS_VARIABLE}'), organization)"
+            )
+        }
     }
 }
 
