@@ -384,10 +384,7 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                         if fingerprints.is_some() {
                             let mut pages = kept_pages.pages.clone();
                             pages.extend(next);
-                            if let Err(e) = index::PageIndex::write(&config.dir, &source, pages) {
-                                let error = crate::exit::with_causes(&e);
-                                tracing::warn!(%error, "the report's page index cannot be written; the next report makes every page");
-                            }
+                            write_index(&config.dir, &source, pages);
                         }
                         return Err(Error::Interrupted(
                             "the report stopped between two pages: the pages made so far are written, the \
@@ -422,14 +419,11 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
                             (built.figures, page)
                         }
                     };
+                    let row =
+                        page::OverviewRow { organization: org.clone(), page: format!("org/{file}"), health, figures };
+                    rows.push(row);
                     written.push(file);
                     next.insert(org.clone(), page);
-                    rows.push(page::OverviewRow {
-                        organization: org.clone(),
-                        page: format!("org/{}", page_file(org)),
-                        health,
-                        figures,
-                    });
                 }
             }
             tracing::debug!(
@@ -442,14 +436,21 @@ fn write_blocking(reader: &Reader, config: &ReportConfig) -> Result<ReportSummar
             // After the pages and the overview: an index never names a page that is not there.
             // Its write is atomic: one that fails leaves none, and the next report makes every
             // page.
-            if let Some(Err(e)) = fingerprints.map(|_| index::PageIndex::write(&config.dir, &source, next)) {
-                let error = crate::exit::with_causes(&e);
-                tracing::warn!(%error, "the report's page index cannot be written; the next report makes every page");
+            if fingerprints.is_some() {
+                write_index(&config.dir, &source, next);
             }
         }
     }
     remove_other_pages(&org_dir, &written);
     Ok(ReportSummary { path: index, generated_at: now, pages: summaries, pages_made: made, pages_kept: kept })
+}
+
+/// Writes the page index; one that cannot be written is logged: the next report makes every page.
+fn write_index(dir: &Path, source: &str, pages: BTreeMap<String, index::Kept>) {
+    if let Err(e) = index::PageIndex::write(dir, source, pages) {
+        let error = crate::exit::with_causes(&e);
+        tracing::warn!(%error, "the report's page index cannot be written; the next report makes every page");
+    }
 }
 
 fn summary(
