@@ -63,11 +63,18 @@ fn config(applications: usize) -> EmulatorConfig {
     cfg
 }
 
-#[test]
-fn an_unchanged_service_costs_one_request_per_status_and_the_content_window() {
-    let emu = TestEmu::start(config(3_000));
+/// An emulator of `applications` ([`config`]), and an empty `--out` in a directory of its own
+/// (kept while the test holds it).
+fn start(applications: usize) -> (TestEmu, tempfile::TempDir, std::path::PathBuf) {
+    let emu = TestEmu::start(config(applications));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
+    (emu, dir, out)
+}
+
+#[test]
+fn an_unchanged_service_costs_one_request_per_status_and_the_content_window() {
+    let (emu, _dir, out) = start(3_000);
     let full = sync(&emu, &out, &[]);
     assert_eq!(full["extract"]["sync"]["mode"], "full", "{}", full["extract"]["sync"]);
     assert!(full["extract"]["sync"]["reason"].as_str().unwrap().contains("no earlier sync"));
@@ -113,9 +120,7 @@ fn an_unchanged_service_costs_one_request_per_status_and_the_content_window() {
 /// alone finds them all, with the history's time of sight.
 #[test]
 fn quick_syncs_find_new_applications_and_status_changes() {
-    let emu = TestEmu::start(config(4_000));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (emu, _dir, out) = start(4_000);
     let full = sync(&emu, &out, &["--sync", "full"]);
     let full_requests = list_requests(&full);
     let order = ApplicationStatus::KNOWN;
@@ -162,9 +167,7 @@ fn quick_syncs_find_new_applications_and_status_changes() {
 /// reconcile, and nothing is lost meanwhile.
 #[test]
 fn what_quick_cannot_see_waits_for_the_reconcile_and_nothing_is_lost() {
-    let emu = TestEmu::start(config(3_000));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (emu, _dir, out) = start(3_000);
     sync(&emu, &out, &[]);
     let apps = emu.state.applications(MAIN_ORG);
     let mut rng = fastrand::Rng::with_seed(3);
@@ -217,9 +220,7 @@ fn what_quick_cannot_see_waits_for_the_reconcile_and_nothing_is_lost() {
 
 #[test]
 fn auto_is_quick_within_reconcile_every_and_full_after_it() {
-    let emu = TestEmu::start(config(500));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (emu, _dir, out) = start(500);
     // `--sync quick` with nothing to compare with reads everything, and says why.
     let first = sync(&emu, &out, &["--sync", "quick"]);
     assert_eq!(first["extract"]["sync"]["mode"], "full");
@@ -242,9 +243,7 @@ fn auto_is_quick_within_reconcile_every_and_full_after_it() {
 
 #[test]
 fn a_quick_run_loads_only_on_the_state_it_was_located_against() {
-    let emu = TestEmu::start(config(300));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (emu, dir, out) = start(300);
     sync(&emu, &out, &[]);
     let args = ["extract", "--sync", "quick", "--base-url", &emu.base_url, "--out", out.to_str().unwrap()];
     let o = run_bin(dir.path(), &args, &[("CREATOR_API_KEY", FULL_KEY)]);
@@ -325,9 +324,7 @@ fn a_quick_sync_under_drift_completes_and_loses_nothing() {
 #[test]
 fn an_application_that_moved_into_a_list_already_read_is_found_by_the_closing_check() {
     for (mode, way) in [("quick", "drift"), ("full", "drift"), ("quick", "still"), ("full", "still")] {
-        let emu = TestEmu::start(config(1_500));
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("out");
+        let (emu, _dir, out) = start(1_500);
         sync(&emu, &out, &[]);
         let of = |st: &ApplicationStatus| ids_in(&emu, st);
         let known = ApplicationStatus::KNOWN;
@@ -378,9 +375,7 @@ fn an_application_that_moved_into_a_list_already_read_is_found_by_the_closing_ch
 #[test]
 fn a_failed_run_resumes_its_closing_check_where_it_was() {
     for mode in ["full", "quick"] {
-        let emu = TestEmu::start(config(1_500));
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("out");
+        let (emu, dir, out) = start(1_500);
         sync(&emu, &out, &[]);
         let of = |st: &ApplicationStatus| ids_in(&emu, st);
         let known = ApplicationStatus::KNOWN;
@@ -421,9 +416,7 @@ fn a_failed_run_resumes_its_closing_check_where_it_was() {
 /// run has nothing missing and makes no check.
 #[test]
 fn the_closing_check_costs_one_round_when_an_application_left_the_scope() {
-    let emu = TestEmu::start(config(1_500));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (emu, _dir, out) = start(1_500);
     let scope = ["--statuses", "pending,accepted,rejected"];
     sync(&emu, &out, &scope);
     let gone = pick(&emu, &ApplicationStatus::Accepted, &mut fastrand::Rng::with_seed(5));
@@ -448,9 +441,7 @@ fn the_closing_check_costs_one_round_when_an_application_left_the_scope() {
 /// and the quick sync dropped it with `counts_agree: true` and no warning.
 #[test]
 fn a_quick_sync_over_a_subset_keeps_an_application_that_moved_where_another_left_the_scope() {
-    let emu = TestEmu::start(config(3_000));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (emu, _dir, out) = start(3_000);
     let scope = ["--statuses", "pending,accepted,rejected"];
     sync(&emu, &out, &scope);
     // Deep in their lists: the oldest pending and accepted applications.
