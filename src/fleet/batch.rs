@@ -4,7 +4,10 @@
 //!
 //! A batch closes when it has `size` organizations, or `wait` after its first one joined,
 //! whichever comes first, or at once when no other organization can still join it (every other
-//! organization's sync has loaded or ended); each organization's sync waits for its batch's commit. After a batch,
+//! organization's sync has loaded or ended); each organization's sync waits for its batch's commit.
+//! A closed batch's previous rows are read on the writer's connection; its merge, transform and
+//! staging run on a thread of its own, which touches no warehouse, while the writer commits the
+//! batch before it and answers preflights; at most one batch is being prepared. After a batch,
 //! the Parquet tree and the readers' snapshot are published if the last publish is at least
 //! `publish_every` old, and always when the run ends. One DuckDB start serves the whole run.
 //!
@@ -21,7 +24,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::extract::{ExtractConfig, ExtractReport, Snapshot};
-use crate::load::fleet_warehouse::{BatchConfig, FleetWarehouse, Member};
+use crate::load::fleet_warehouse::{prepare_batch, BatchConfig, BatchRead, FleetWarehouse, Member, PreparedBatch};
 use crate::load::lake::LakeConfig;
 use crate::load::{LoadError, LoadReport};
 use crate::out::OutDir;
@@ -96,8 +99,8 @@ enum Request {
 pub struct Batcher {
     requests: mpsc::Sender<Request>,
     thread: std::thread::JoinHandle<Result<(), LoadError>>,
-    /// Landings read into memory and not yet loaded: at most two batches' worth (one loading,
-    /// one gathering), however many extracts finish at once.
+    /// Landings read into memory and not yet loaded: at most three batches' worth (one
+    /// committing, one being prepared, one gathering), however many extracts finish at once.
     landings: Arc<Semaphore>,
     /// The handles that may still send a load.
     to_load: Arc<std::sync::atomic::AtomicUsize>,
@@ -118,7 +121,7 @@ impl Batcher {
             context: "start the fleet warehouse's thread".into(),
             source: std::io::Error::other(e.to_string()),
         })?;
-        let landings = Arc::new(Semaphore::new(2 * options.size.max(1)));
+        let landings = Arc::new(Semaphore::new(LANDINGS_IN_BATCHES * options.size.max(1)));
         let to_load = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let waiting = to_load.clone();
         let (requests, inbox) = mpsc::channel();
@@ -291,6 +294,9 @@ fn serve(
 ) -> Result<(), LoadError> {
     let mut batch: Vec<(Member, LoadAnswers)> = vec![];
     let mut opened: Option<Instant> = None;
+    // The batch being prepared on a thread of its own: at most one, while the writer commits
+    // the one before it and answers the organizations.
+    let mut preparing: Option<Preparing> = None;
     let mut published = Instant::now();
     // The organizations whose previous state has not been asked yet, in the fleet's order:
     // their syncs start together, so a read gathers the next ones' rows with its own.
@@ -302,7 +308,10 @@ fn serve(
         let batch_due =
             opened.map(|t| if nothing_to_come() { Duration::ZERO } else { options.wait.saturating_sub(t.elapsed()) });
         let publish_due = w.unpublished().then(|| options.publish_every.saturating_sub(published.elapsed()));
-        let timeout = batch_due.into_iter().chain(publish_due).min().unwrap_or(Duration::from_secs(3600));
+        // While a batch is being prepared, look every few milliseconds whether it is ready.
+        let prepared_due = preparing.as_ref().map(|_| PREPARED_POLL);
+        let timeout =
+            batch_due.into_iter().chain(publish_due).chain(prepared_due).min().unwrap_or(Duration::from_secs(3600));
         let received = inbox.recv_timeout(timeout);
         let timed_out = matches!(received, Err(mpsc::RecvTimeoutError::Timeout));
         if let Ok(Request::Previous { org, .. }) = &received {
@@ -356,37 +365,28 @@ fn serve(
             Err(mpsc::RecvTimeoutError::Disconnected) => true,
         };
         let due = opened.is_some_and(|t| t.elapsed() >= options.wait) || (nothing_to_come() && timed_out);
-        if !batch.is_empty() && (ended || due || batch.len() >= options.size) {
-            let (members, replies): (Vec<Member>, Vec<LoadAnswers>) = std::mem::take(&mut batch).into_iter().unzip();
-            opened = None;
-            let started = Instant::now();
-            let size = members.len();
-            let lake = members.iter().find_map(|m| m.lake.clone());
-            let with_actions: BTreeSet<String> = members.iter().filter(|m| m.actions).map(|m| m.org.clone()).collect();
-            let mut loaded = vec![];
-            for ((org, outcome), (committed, reply)) in w.load(members, &options.config).into_iter().zip(replies) {
-                if outcome.is_ok() {
-                    let _ = committed.send(());
-                }
-                match outcome {
-                    Ok(report) if lake.is_some() => {
-                        let actions = with_actions.contains(&org);
-                        loaded.push((org, actions, report, reply))
-                    }
-                    outcome => {
-                        if let Err(e) = &outcome {
-                            tracing::warn!(organization = %org, error = %crate::exit::with_causes(e), "the organization's load failed; the rest of its batch loads");
-                        }
-                        let _ = reply.send(outcome.map_err(Error::from));
-                    }
-                }
-            }
-            tracing::info!(organizations = size, ms = started.elapsed().as_millis() as u64, "batch loaded");
-            if let Some(lake) = lake.filter(|_| !loaded.is_empty()) {
-                commit_to_lake(&mut w, &runtime, lake, loaded);
-            }
+        let close = !batch.is_empty() && (ended || due || batch.len() >= options.size);
+        // A prepared batch is committed after the next one, when due, is read and sent off to
+        // be prepared: that preparation overlaps this commit.
+        let prepared = match &preparing {
+            Some(p) if ended || p.is_ready() => preparing.take(),
+            _ => None,
+        };
+        if close && preparing.is_none() {
+            preparing = Some(start_batch(&mut w, &mut batch, &options));
+            opened = (!batch.is_empty()).then(Instant::now);
+        }
+        if let Some(prepared) = prepared {
+            commit_batch(&mut w, &runtime, prepared);
         }
         if ended {
+            // Every batch left, in turn; then the last publish.
+            while let Some(prepared) = preparing.take() {
+                if !batch.is_empty() {
+                    preparing = Some(start_batch(&mut w, &mut batch, &options));
+                }
+                commit_batch(&mut w, &runtime, prepared);
+            }
             let started = Instant::now();
             let published = w.publish();
             tracing::debug!(ms = started.elapsed().as_millis() as u64, "last publish");
@@ -396,6 +396,109 @@ fn serve(
             publish(&mut w);
             published = Instant::now();
         }
+    }
+}
+
+/// The landings held in memory, in batches: one committing, one being prepared, one gathering.
+const LANDINGS_IN_BATCHES: usize = 3;
+
+/// How often the writer looks whether the batch being prepared is ready.
+const PREPARED_POLL: Duration = Duration::from_millis(5);
+
+/// A batch whose members' previous rows are read, being prepared on a thread of its own
+/// ([`crate::load::fleet_warehouse::prepare_batch`]).
+struct Preparing {
+    work: Work,
+    orgs: Vec<String>,
+    replies: Vec<LoadAnswers>,
+    lake: Option<LakeConfig>,
+    with_actions: BTreeSet<String>,
+    started: Instant,
+}
+
+/// A batch's preparation: on its thread, or done on the writer's (no thread could start).
+enum Work {
+    Thread(std::thread::JoinHandle<Option<PreparedBatch>>),
+    Done(Box<PreparedBatch>),
+}
+
+impl Preparing {
+    fn is_ready(&self) -> bool {
+        match &self.work {
+            Work::Thread(thread) => thread.is_finished(),
+            Work::Done(_) => true,
+        }
+    }
+}
+
+/// Closes a batch of at most `options.size` of the waiting members (the first to join): their
+/// previous rows read on the writer's connection, then prepared on a thread of its own, which
+/// touches no warehouse (the writer may reopen its file meanwhile, after a failure or a
+/// publish).
+fn start_batch(w: &mut FleetWarehouse, batch: &mut Vec<(Member, LoadAnswers)>, options: &BatchOptions) -> Preparing {
+    let started = Instant::now();
+    let taken: Vec<(Member, LoadAnswers)> = batch.drain(..batch.len().min(options.size.max(1))).collect();
+    let (members, replies): (Vec<Member>, Vec<LoadAnswers>) = taken.into_iter().unzip();
+    let lake = members.iter().find_map(|m| m.lake.clone());
+    let with_actions: BTreeSet<String> = members.iter().filter(|m| m.actions).map(|m| m.org.clone()).collect();
+    let read = w.read_batch(members);
+    let orgs = read.organizations().to_vec();
+    // The read reaches the thread once it runs: if no thread can start, it is still here, and
+    // is prepared on the writer's thread instead.
+    let config = options.config.clone();
+    let (to_thread, from_writer) = mpsc::channel::<BatchRead>();
+    let spawned = std::thread::Builder::new()
+        .name("fleet-prepare".into())
+        .spawn(move || from_writer.recv().ok().map(|read| prepare_batch(read, &config)));
+    let work = match spawned {
+        Ok(thread) => match to_thread.send(read) {
+            Ok(()) => Work::Thread(thread),
+            Err(mpsc::SendError(read)) => Work::Done(Box::new(prepare_batch(read, &options.config))),
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start a thread to prepare the batch; preparing it on the writer's");
+            Work::Done(Box::new(prepare_batch(read, &options.config)))
+        }
+    };
+    Preparing { work, orgs, replies, lake, with_actions, started }
+}
+
+/// Commits a prepared batch, answers its members, and sends the loaded ones to the lake.
+fn commit_batch(w: &mut FleetWarehouse, runtime: &tokio::runtime::Handle, preparing: Preparing) {
+    let Preparing { work, orgs, replies, lake, with_actions, started } = preparing;
+    let prepared = match work {
+        Work::Thread(thread) => thread.join().ok().flatten(),
+        Work::Done(prepared) => Some(*prepared),
+    };
+    let outcomes = match prepared {
+        Some(prepared) => w.commit_batch(prepared),
+        None => orgs
+            .into_iter()
+            .map(|org| (org, Err(LoadError::Bug("preparing the batch panicked: see the log".into()))))
+            .collect(),
+    };
+    let size = outcomes.len();
+    let mut loaded = vec![];
+    for ((org, outcome), (committed, reply)) in outcomes.into_iter().zip(replies) {
+        if outcome.is_ok() {
+            let _ = committed.send(());
+        }
+        match outcome {
+            Ok(report) if lake.is_some() => {
+                let actions = with_actions.contains(&org);
+                loaded.push((org, actions, report, reply))
+            }
+            outcome => {
+                if let Err(e) = &outcome {
+                    tracing::warn!(organization = %org, error = %crate::exit::with_causes(e), "the organization's load failed; the rest of its batch loads");
+                }
+                let _ = reply.send(outcome.map_err(Error::from));
+            }
+        }
+    }
+    tracing::info!(organizations = size, ms = started.elapsed().as_millis() as u64, "batch loaded");
+    if let Some(lake) = lake.filter(|_| !loaded.is_empty()) {
+        commit_to_lake(w, runtime, lake, loaded);
     }
 }
 

@@ -11,7 +11,8 @@
 //!   temporary view of that organization's rows, without the `organization` column, so the
 //!   one-organization readers (the quick sync's snapshot, the content cursor, the load's previous
 //!   state) read it unchanged.
-//! - **Loading a batch.** [`FleetWarehouse::load`] merges each member with its previous rows as a
+//! - **Loading a batch.** [`FleetWarehouse::load`] reads the members' previous rows with one
+//!   query per table ([`warehouse::load_rows`]), merges each member with its own as a
 //!   one-organization load does and transforms the whole batch at once ([`super::prepare`]), then
 //!   commits them all through the load's one commit
 //!   ([`super::commit`]): per table, the members' rows deleted and the batch's inserted, their
@@ -30,7 +31,7 @@ use std::time::Duration;
 use duckdb::Connection;
 
 use super::catalog::{self, Shape};
-use super::commit::{self, Ready};
+use super::commit::{self, Ready, Staged};
 use super::parquet::{export_tables, mark_exported, Export, Segments};
 use super::prepare::{merge, transform_batch, Merged};
 use super::warehouse::{self, sql_list, sql_literal};
@@ -301,68 +302,101 @@ impl FleetWarehouse {
         result
     }
 
+    /// The previous rows of the batch's members `orgs` that their load merges with
+    /// ([`warehouse::load_rows`]), the applications of `apps_of` included. Empty if that read
+    /// fails: each member is then read alone through its views.
+    fn read_load_rows(&mut self, orgs: &[String], apps_of: &[String]) -> BTreeMap<String, warehouse::LoadRows> {
+        let rows = self.conn().and_then(|conn| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| warehouse::load_rows(conn, orgs, apps_of)))
+                .unwrap_or_else(|panic| Err(super::panicked("read the batch's previous rows", panic)))
+        });
+        rows.unwrap_or_else(|e| {
+            // A failed statement (or a panic) can leave the connection unusable: the next use
+            // reopens it.
+            self.close();
+            tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the batch's previous rows together; reading them one by one");
+            BTreeMap::new()
+        })
+    }
+
     /// Loads a batch: every member prepared, then all of them committed in one transaction.
-    /// Returns each member's result, in the order given; a member's error is its own.
+    /// Returns each member's result, in the order given; a member's error is its own. The
+    /// fleet's writer runs the three steps apart ([`FleetWarehouse::read_batch`],
+    /// [`prepare_batch`] on a thread of its own, [`FleetWarehouse::commit_batch`]), so that a
+    /// batch is prepared while the one before it commits.
     pub fn load(&mut self, members: Vec<Member>, config: &BatchConfig) -> Vec<MemberResult> {
+        let read = self.read_batch(members);
+        self.commit_batch(prepare_batch(read, config))
+    }
+
+    /// Step 1 of a batch's load, on the writer's connection: every member's previous rows
+    /// read with one query per table, split by organization ([`warehouse::load_rows`]). A
+    /// member whose rows cannot be read so is read and merged alone through its views (and
+    /// fails alone). A member with no loaded run has no rows in any table (a run's rows and its
+    /// `runs` row commit together): nothing to read. Also makes the batch's staging directory.
+    pub fn read_batch(&mut self, members: Vec<Member>) -> BatchRead {
         let order: Vec<String> = members.iter().map(|m| m.org.clone()).collect();
-        let mut results: BTreeMap<String, Result<LoadReport, LoadError>> = BTreeMap::new();
-        let mut ready: Vec<(String, Ready)> = vec![];
-        // Every member's previous rows in one scan per table (a member that cannot be gathered
-        // with the others is read alone, and fails alone). A member with no loaded run has no
-        // rows in any table (a run's rows and its `runs` row commit together): nothing to read.
         let with_state: Vec<String> = order.iter().filter(|org| self.loaded.contains(*org)).cloned().collect();
-        if !with_state.is_empty() {
-            if let Err(e) = self.gather(&with_state) {
-                tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the batch's previous rows together; reading them one by one");
+        let apps_of: Vec<String> = members
+            .iter()
+            .filter(|m| self.loaded.contains(&m.org))
+            .filter(|m| {
+                let spec = &m.extracted.spec;
+                m.extracted.quick.as_ref().is_some_and(|q| q.kept().next().is_some())
+                    || super::prepare::keeps_out_of_scope(&spec.statuses, spec.campaign_id)
+            })
+            .map(|m| m.org.clone())
+            .collect();
+        let started = std::time::Instant::now();
+        let mut previous = match with_state.is_empty() {
+            true => BTreeMap::new(),
+            false => self.read_load_rows(&with_state, &apps_of),
+        };
+        // Each member's share of the batch's read, in its `read_state`.
+        let share = started.elapsed().as_millis() as u64 / with_state.len().max(1) as u64;
+        let mut read = BatchRead {
+            order,
+            results: BTreeMap::new(),
+            merged: vec![],
+            to_merge: vec![],
+            share,
+            // A directory of its own: batches (and the lake's staging) overlap in time.
+            staging: crate::out::unique_dir(&self.out.staging_dir(), "batch-"),
+        };
+        for member in members {
+            match (self.loaded.contains(&member.org), previous.remove(&member.org)) {
+                (true, Some(rows)) if !rows.damaged => read.to_merge.push((member, Some(rows))),
+                (true, rows) => {
+                    if rows.is_some() {
+                        tracing::warn!(organization = %member.org, "a value of the organization's previous rows cannot be read together with the others'; reading them alone");
+                    }
+                    let Member { org, extracted, report, .. } = member;
+                    let laps = super::prepare::Laps::start();
+                    match self.with_org(&org, |conn| merge(Some(&mut { conn }), extracted, laps)) {
+                        Ok(m) => read.merged.push((org, report, m)),
+                        Err(e) => {
+                            read.results.insert(org, Err(e));
+                        }
+                    }
+                }
+                (false, _) => read.to_merge.push((member, None)),
             }
         }
-        let mut merged: Vec<(String, Option<ExtractReport>, Merged)> = vec![];
-        for Member { org, extracted, report, .. } in members {
-            let laps = super::prepare::Laps::start();
-            let result = match self.loaded.contains(&org) {
-                true => self.with_org(&org, |conn| merge(Some(conn), extracted, laps)),
-                false => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| merge(None, extracted, laps)))
-                    .unwrap_or_else(|panic| Err(super::panicked(&format!("read organization `{org}`'s run"), panic))),
-            };
-            match result {
-                Ok(m) => merged.push((org, report, m)),
-                Err(e) => {
-                    results.insert(org, Err(e));
-                }
-            }
-        }
-        // One transform for the whole batch.
-        let (names, merged): (Vec<(String, Option<ExtractReport>)>, Vec<Merged>) =
-            merged.into_iter().map(|(org, report, m)| ((org, report), m)).unzip();
-        for ((org, report), prepared) in names.into_iter().zip(transform_batch(merged, &config.cohort_edges)) {
-            let prepared = prepared.and_then(|p| {
-                if config.strict && p.quality.fails_strict() {
-                    return Err(LoadError::Strict(p.quality.findings.join("; ")));
-                }
-                Ok(Ready {
-                    org: Some(org.clone()),
-                    frames: Some(p.frames),
-                    spec: p.spec,
-                    quality: p.quality,
-                    report,
-                    timings: p.timings,
-                })
-            });
-            match prepared {
-                Ok(r) => ready.push((org, r)),
-                Err(e) => {
-                    results.insert(org, Err(e));
-                }
-            }
-        }
+        read
+    }
+
+    /// Step 3 of a batch's load, on the writer's connection: the prepared members committed in
+    /// one transaction (if it fails, each member alone). Returns each member's result, in the
+    /// batch's order.
+    pub fn commit_batch(&mut self, prepared: PreparedBatch) -> Vec<MemberResult> {
+        let PreparedBatch { order, mut results, ready, staged, staging } = prepared;
         // Where a batch's time goes, summed over its members: the per-organization cost.
         let (read_state, transform) =
             ready.iter().fold((0, 0), |(a, b), (_, r)| (a + r.timings.read_state, b + r.timings.transform));
         let started = std::time::Instant::now();
-        // A directory of its own: batches (and the lake's staging) overlap in time.
-        match crate::out::unique_dir(&self.out.staging_dir(), "batch-") {
+        match staging {
             Ok(staging) => {
-                for (org, result) in self.commit(ready, &staging) {
+                for (org, result) in self.commit(ready, &staging, staged) {
                     results.insert(org, result);
                 }
                 if let Err(e) = std::fs::remove_dir_all(&staging) {
@@ -391,12 +425,19 @@ impl FleetWarehouse {
                 }
             }
         }
+        // The batch's staging and transaction (every member's report has the batch's).
+        let (stage, transaction) = results
+            .values()
+            .find_map(|r| r.as_ref().ok())
+            .map_or((0, 0), |r| (r.stages_ms.stage, r.stages_ms.transaction));
         tracing::debug!(
             members = order.len(),
             read_state,
             transform,
             commit_ms = started.elapsed().as_millis() as u64,
-            "batch stages (ms, summed over members)"
+            stage,
+            transaction,
+            "batch stages (ms; read_state and transform summed over members)"
         );
         order
             .into_iter()
@@ -411,13 +452,15 @@ impl FleetWarehouse {
 
     /// Commits the ready members (with their names) in one transaction; if it fails, each member
     /// alone.
-    fn commit(&mut self, ready: Vec<(String, Ready)>, staging: &Path) -> Vec<MemberResult> {
+    /// `staged`: the batch's files, staged as it was prepared (`None`: staged here).
+    fn commit(&mut self, ready: Vec<(String, Ready)>, staging: &Path, staged: Option<Staged>) -> Vec<MemberResult> {
         if ready.is_empty() {
             return vec![];
         }
         self.group.clear();
-        let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.commit_all(&ready, staging)))
-            .unwrap_or_else(|panic| Err(super::panicked("load the batch", panic)));
+        let committed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.commit_all(&ready, staging, staged)))
+                .unwrap_or_else(|panic| Err(super::panicked("load the batch", panic)));
         if committed.is_err() {
             // A failed statement can leave the connection unusable (DuckDB invalidates a
             // database after some errors): the next attempt reopens the file.
@@ -428,23 +471,26 @@ impl FleetWarehouse {
             Err(e) if ready.len() == 1 => vec![(ready[0].0.clone(), Err(e))],
             Err(e) => {
                 tracing::warn!(error = %crate::exit::with_causes(&e), members = ready.len(), "a batch's load failed; loading its members one by one");
-                ready.into_iter().flat_map(|r| self.commit(vec![r], staging)).collect()
+                ready.into_iter().flat_map(|r| self.commit(vec![r], staging, None)).collect()
             }
         }
     }
 
-    fn commit_all(&mut self, named: &[(String, Ready)], staging: &Path) -> Result<Vec<MemberResult>, LoadError> {
+    fn commit_all(
+        &mut self,
+        named: &[(String, Ready)],
+        staging: &Path,
+        staged: Option<Staged>,
+    ) -> Result<Vec<MemberResult>, LoadError> {
         let orgs: Vec<String> = named.iter().map(|(org, _)| org.clone()).collect();
         let ready: Vec<&Ready> = named.iter().map(|(_, r)| r).collect();
-        // A batch's attempt, or one member's after the batch failed: a directory of its own.
-        let dir = staging.join(match orgs.as_slice() {
-            [one] => one.as_str(),
-            _ => "batch",
-        });
         for org in &orgs {
             self.previous.remove(org);
         }
-        let staged = commit::stage(&ready, Shape::Fleet, &dir)?;
+        let staged = match staged {
+            Some(staged) => staged,
+            None => commit::stage(&ready, Shape::Fleet, &staged_dir(staging, &orgs))?,
+        };
         let conn = self.conn()?;
         let committed = commit::write(conn, Shape::Fleet, &ready, &staged)?;
         self.unpublished = true;
@@ -651,6 +697,118 @@ impl FleetWarehouse {
         );
         Ok(())
     }
+}
+
+/// Where a batch's attempt stages its files under the batch's directory: one member's after
+/// the batch failed, a directory of its own.
+fn staged_dir(staging: &Path, orgs: &[String]) -> PathBuf {
+    staging.join(match orgs {
+        [one] => one.as_str(),
+        _ => "batch",
+    })
+}
+
+/// A batch's members with their previous rows ([`FleetWarehouse::read_batch`]): what
+/// [`prepare_batch`] prepares without the warehouse.
+pub struct BatchRead {
+    /// The members' names, in the order given.
+    order: Vec<String>,
+    /// Members that failed already.
+    results: BTreeMap<String, Result<LoadReport, LoadError>>,
+    /// Members merged already (read alone through their views).
+    merged: Vec<(String, Option<ExtractReport>, Merged)>,
+    /// The members to merge, each with its previous rows (`None`: it has nothing loaded).
+    to_merge: Vec<(Member, Option<warehouse::LoadRows>)>,
+    /// Each member's share of the batch's read, in milliseconds.
+    share: u64,
+    /// The batch's staging directory.
+    staging: Result<PathBuf, crate::out::OutError>,
+}
+
+impl BatchRead {
+    /// The members' names, in the order given.
+    pub fn organizations(&self) -> &[String] {
+        &self.order
+    }
+}
+
+/// A batch merged, checked, transformed and staged ([`prepare_batch`]): what
+/// [`FleetWarehouse::commit_batch`] commits.
+pub struct PreparedBatch {
+    order: Vec<String>,
+    results: BTreeMap<String, Result<LoadReport, LoadError>>,
+    ready: Vec<(String, Ready)>,
+    /// The ready members' files, staged together (`None`: that failed, and the commit stages
+    /// them again).
+    staged: Option<Staged>,
+    staging: Result<PathBuf, crate::out::OutError>,
+}
+
+/// Step 2 of a batch's load, without the warehouse (the fleet's writer runs it on a thread of
+/// its own while it commits the batch before): each member merged with its previous rows and
+/// checked, the whole batch transformed at once ([`super::prepare`]), and the ready members'
+/// frames staged as Parquet files under the batch's directory.
+pub fn prepare_batch(read: BatchRead, config: &BatchConfig) -> PreparedBatch {
+    let BatchRead { order, mut results, mut merged, to_merge, share, staging } = read;
+    for (Member { org, extracted, report, .. }, rows) in to_merge {
+        let laps = super::prepare::Laps::start();
+        let result = match rows {
+            Some(mut rows) => {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| merge(Some(&mut rows), extracted, laps)))
+                    .unwrap_or_else(|panic| {
+                        Err(super::panicked(&format!("merge organization `{org}`'s run with its rows"), panic))
+                    })
+                    .map(|mut m| {
+                        m.timings.read_state += share;
+                        m
+                    })
+            }
+            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| merge(None, extracted, laps)))
+                .unwrap_or_else(|panic| Err(super::panicked(&format!("read organization `{org}`'s run"), panic))),
+        };
+        match result {
+            Ok(m) => merged.push((org, report, m)),
+            Err(e) => {
+                results.insert(org, Err(e));
+            }
+        }
+    }
+    // One transform for the whole batch.
+    let mut ready: Vec<(String, Ready)> = vec![];
+    let (names, merged): (Vec<(String, Option<ExtractReport>)>, Vec<Merged>) =
+        merged.into_iter().map(|(org, report, m)| ((org, report), m)).unzip();
+    for ((org, report), prepared) in names.into_iter().zip(transform_batch(merged, &config.cohort_edges)) {
+        let prepared = prepared.and_then(|p| {
+            if config.strict && p.quality.fails_strict() {
+                return Err(LoadError::Strict(p.quality.findings.join("; ")));
+            }
+            Ok(Ready {
+                org: Some(org.clone()),
+                frames: Some(p.frames),
+                spec: p.spec,
+                quality: p.quality,
+                report,
+                timings: p.timings,
+            })
+        });
+        match prepared {
+            Ok(r) => ready.push((org, r)),
+            Err(e) => {
+                results.insert(org, Err(e));
+            }
+        }
+    }
+    let staged = match (&staging, ready.is_empty()) {
+        (Ok(dir), false) => {
+            let orgs: Vec<String> = ready.iter().map(|(org, _)| org.clone()).collect();
+            let members: Vec<&Ready> = ready.iter().map(|(_, r)| r).collect();
+            commit::stage(&members, Shape::Fleet, &staged_dir(dir, &orgs))
+                .map_err(|e| tracing::warn!(error = %crate::exit::with_causes(&e), "cannot stage the batch's frames; staging them again at the commit"))
+                .ok()
+        }
+        _ => None,
+    };
+    PreparedBatch { order, results, ready, staged, staging }
 }
 
 #[cfg(test)]

@@ -29,15 +29,81 @@ pub struct QualityReport {
     pub findings: Vec<String>,
 }
 
-/// `WHERE` clause of the applications a run does not cover, which the load keeps.
-fn out_of_scope(statuses: &[String], campaign_id: Option<i64>) -> Option<String> {
-    warehouse::scope_filter(statuses, campaign_id).map(|f| format!("NOT ({f})"))
+/// The applications of the warehouse a load keeps (those its run did not read itself).
+pub(crate) enum Keep<'a> {
+    /// Those outside the run's scope (`--statuses`, `--campaign-id`).
+    OutOfScope { statuses: &'a [String], campaign_id: Option<i64> },
+    /// These (a quick run's kept applications).
+    Ids(&'a std::collections::HashSet<i64>),
 }
 
-/// Adds the warehouse's applications matching `filter` that the run did not see itself.
-fn add_from_warehouse(conn: &duckdb::Connection, apps: &mut Vec<Observation>, filter: &str) -> Result<(), LoadError> {
+/// Where a load reads an organization's previous state: its warehouse (or its views of a
+/// fleet warehouse), or its rows read with its batch's ([`warehouse::LoadRows`]). Both give the
+/// same values.
+pub(crate) trait PreviousState {
+    /// The loaded content.
+    fn content(&mut self) -> Result<Vec<ContentRow>, LoadError>;
+    /// The run loaded last.
+    fn latest_run(&mut self) -> Result<Option<String>, LoadError>;
+    /// The loaded applications (with their accounts) that `keep` names, sorted by id.
+    fn applications(&mut self, keep: &Keep<'_>) -> Result<Vec<Observation>, LoadError>;
+}
+
+impl PreviousState for &duckdb::Connection {
+    fn content(&mut self) -> Result<Vec<ContentRow>, LoadError> {
+        warehouse::content(self)
+    }
+
+    fn latest_run(&mut self) -> Result<Option<String>, LoadError> {
+        warehouse::latest_run(self)
+    }
+
+    fn applications(&mut self, keep: &Keep<'_>) -> Result<Vec<Observation>, LoadError> {
+        let filter = match keep {
+            Keep::OutOfScope { statuses, campaign_id } => match warehouse::scope_filter(statuses, *campaign_id) {
+                Some(f) => format!("NOT ({f})"),
+                None => return Ok(vec![]),
+            },
+            Keep::Ids(ids) if ids.is_empty() => return Ok(vec![]),
+            Keep::Ids(ids) => format!("id IN ({})", ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")),
+        };
+        warehouse::applications_where(self, &filter)
+    }
+}
+
+impl PreviousState for warehouse::LoadRows {
+    fn content(&mut self) -> Result<Vec<ContentRow>, LoadError> {
+        Ok(self.take_content())
+    }
+
+    fn latest_run(&mut self) -> Result<Option<String>, LoadError> {
+        Ok(warehouse::LoadRows::latest_run(self))
+    }
+
+    fn applications(&mut self, keep: &Keep<'_>) -> Result<Vec<Observation>, LoadError> {
+        Ok(match keep {
+            // `scope_filter`'s rule, negated, in Rust (`in_scope`).
+            Keep::OutOfScope { statuses, campaign_id } => self.applications_if(|o| {
+                !warehouse::in_scope(statuses, *campaign_id, o.app.status.as_str(), o.app.campaign_id)
+            }),
+            Keep::Ids(ids) => self.applications_if(|o| ids.contains(&o.app.id)),
+        })
+    }
+}
+
+/// Whether a run of this scope keeps applications of the warehouse outside it.
+pub(crate) fn keeps_out_of_scope(statuses: &[String], campaign_id: Option<i64>) -> bool {
+    warehouse::scope_filter(statuses, campaign_id).is_some()
+}
+
+/// Adds the warehouse's applications that `keep` names and the run did not see itself.
+fn add_from_warehouse(
+    previous: &mut dyn PreviousState,
+    apps: &mut Vec<Observation>,
+    keep: &Keep<'_>,
+) -> Result<(), LoadError> {
     let seen: std::collections::HashSet<i64> = apps.iter().map(|o| o.app.id).collect();
-    apps.extend(warehouse::applications_where(conn, filter)?.into_iter().filter(|o| !seen.contains(&o.app.id)));
+    apps.extend(previous.applications(keep)?.into_iter().filter(|o| !seen.contains(&o.app.id)));
     Ok(())
 }
 
@@ -159,31 +225,35 @@ pub(crate) struct Merged {
     pub timings: LoadTimings,
 }
 
-/// Step 1 of a load: the previous state read through `conn` (a warehouse, or one organization's
-/// views of a fleet warehouse; `None`: the organization has nothing loaded, so nothing is read),
-/// merged with the run and checked. Nothing is written. `laps` started when the load did:
-/// `read_state` is the time since, the warehouse's opening (and a fleet member's views) included.
+/// Step 1 of a load: the previous state read from `previous` (`None`: the organization has
+/// nothing loaded, so nothing is read), merged with the run and checked. Nothing is written.
+/// `laps` started when the load did: `read_state` is the time since, the warehouse's opening
+/// (and a fleet member's views, or its share of its batch's read) included.
 pub(crate) fn merge(
-    conn: Option<&duckdb::Connection>,
+    mut previous: Option<&mut dyn PreviousState>,
     extracted: Extracted,
     mut laps: Laps,
 ) -> Result<Merged, LoadError> {
     let mut timings = LoadTimings::default();
     let Extracted { spec, applications: mut apps, content, quick, .. } = extracted;
     let run_id = spec.run_id.as_str();
-    let previous = match conn {
-        Some(conn) => warehouse::content(conn)?,
+    let loaded_content = match previous.as_deref_mut() {
+        Some(previous) => previous.content()?,
         None => vec![],
     };
-    let merged_content = merge_content(previous, &content);
-    if let (Some(keep), Some(conn)) = (out_of_scope(&spec.statuses, spec.campaign_id), conn) {
-        add_from_warehouse(conn, &mut apps, &keep)?;
+    let merged_content = merge_content(loaded_content, &content);
+    if let (true, Some(previous)) = (keeps_out_of_scope(&spec.statuses, spec.campaign_id), previous.as_deref_mut()) {
+        add_from_warehouse(
+            previous,
+            &mut apps,
+            &Keep::OutOfScope { statuses: &spec.statuses, campaign_id: spec.campaign_id },
+        )?;
     }
     if let Some(quick) = &quick {
         // A quick run is a difference from the warehouse's state at its snapshot: it loads on
         // top of exactly that state (or again on its own).
-        let latest = match conn {
-            Some(conn) => warehouse::latest_run(conn)?,
+        let latest = match previous.as_deref_mut() {
+            Some(previous) => previous.latest_run()?,
             None => None,
         };
         if latest.as_deref() != Some(quick.base_run.as_str()) && latest.as_deref() != Some(run_id) {
@@ -193,9 +263,9 @@ pub(crate) fn merge(
                 latest: latest.unwrap_or_else(|| "none".into()),
             });
         }
-        let kept: Vec<String> = quick.kept().map(|id| id.to_string()).collect();
-        if let (false, Some(conn)) = (kept.is_empty(), conn) {
-            add_from_warehouse(conn, &mut apps, &format!("id IN ({})", kept.join(",")))?;
+        let kept: std::collections::HashSet<i64> = quick.kept().collect();
+        if let (false, Some(previous)) = (kept.is_empty(), previous) {
+            add_from_warehouse(previous, &mut apps, &Keep::Ids(&kept))?;
         }
     }
     apps.sort_by_key(|o| o.app.id);
@@ -218,7 +288,7 @@ pub(crate) fn prepare(
     cohort_edges: &[i64],
     laps: Laps,
 ) -> Result<Prepared, LoadError> {
-    let mut prepared = transform_batch(vec![merge(Some(conn), extracted, laps)?], cohort_edges);
+    let mut prepared = transform_batch(vec![merge(Some(&mut { conn }), extracted, laps)?], cohort_edges);
     prepared.pop().expect("one member in, one out")
 }
 

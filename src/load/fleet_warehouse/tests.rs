@@ -359,3 +359,112 @@ fn segments_stay_bounded_and_exact_across_straddling_publishes() {
     assert_eq!(after.difference(&before).count(), 1, "one organization changed: one segment written");
     assert_eq!(after.len(), before.len());
 }
+
+/// A batch's load reads its members' previous rows with one query per table: for every
+/// member, the same content, latest run and kept applications (with their accounts, for every
+/// kind of keep) as reading it alone through its views; a damaged row marks its member alone.
+#[test]
+fn the_batch_read_of_previous_rows_is_each_members_own() {
+    use super::super::prepare::{Keep, PreviousState};
+    use ApplicationStatus::{Accepted, Pending, Rejected};
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutDir::new(dir.path());
+    let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+    // The same application ids in every organization, other campaigns, two accounts or none.
+    let varied = |run_id: &str, bias: i64| {
+        let mut r = run(run_id, &[(1, Pending), (2, Accepted), (3, Rejected), (4, Pending)], 9, bias);
+        r.applications[1].app.campaign_id = 2;
+        r.applications[2].app.connected_accounts.clear();
+        let mut second = r.applications[3].app.connected_accounts[0].clone();
+        second.id += 1;
+        r.applications[3].app.connected_accounts.insert(0, second);
+        r
+    };
+    for (org, bias) in [("a", 0), ("b", 3), ("c", 5)] {
+        let loaded = w.load(vec![member(org, varied("r1", bias))], &config(false));
+        loaded.into_iter().for_each(|(_, r)| drop(r.unwrap()));
+    }
+    let loaded = w.load(vec![member("a", varied("r2", 1))], &config(false));
+    loaded.into_iter().for_each(|(_, r)| drop(r.unwrap()));
+    w.load(vec![member("d", varied("r1", 2))], &config(false)).pop().unwrap().1.unwrap();
+    w.conn()
+        .unwrap()
+        .execute_batch("UPDATE content_daily SET date = 'infinity'::DATE WHERE organization = 'd' AND current = 102 AND date = (SELECT max(date) FROM content_daily WHERE organization = 'd');")
+        .unwrap();
+    let orgs: Vec<String> = ["a", "b", "c", "d", "none"].iter().map(|s| s.to_string()).collect();
+    let conn = w.conn().unwrap();
+    let mut batch = warehouse::load_rows(conn, &orgs, &orgs[..3]).unwrap();
+    assert!(batch["d"].damaged, "d's damaged date marks it");
+    assert!(["a", "b", "c", "none"].iter().all(|o| !batch[*o].damaged));
+    let all: Vec<String> = ApplicationStatus::KNOWN.iter().map(|s| s.to_string()).collect();
+    let ids: std::collections::HashSet<i64> = [2, 4, 9].into();
+    let keeps = [
+        Keep::OutOfScope { statuses: &all[..1], campaign_id: None },
+        Keep::OutOfScope { statuses: &all, campaign_id: Some(1) },
+        Keep::OutOfScope { statuses: &all[1..3], campaign_id: Some(2) },
+        Keep::Ids(&ids),
+    ];
+    let sorted = |mut rows: Vec<crate::extract::ContentRow>| {
+        rows.sort_by_key(|r| (r.metric, r.date));
+        format!("{rows:?}")
+    };
+    for org in ["a", "b", "c", "none"] {
+        let mut mine = batch.remove(org).unwrap();
+        let alone = w
+            .with_org(org, |c| {
+                let mut c = c;
+                let kept = keeps.iter().map(|k| c.applications(k)).collect::<Result<Vec<_>, _>>()?;
+                Ok((sorted(c.content()?), c.latest_run()?, format!("{kept:?}")))
+            })
+            .unwrap();
+        let kept: Vec<_> = keeps.iter().map(|k| PreviousState::applications(&mut mine, k).unwrap()).collect();
+        if org != "none" {
+            assert!(kept.iter().any(|k| !k.is_empty()), "{org}: the keeps name applications");
+            assert!(alone.0.len() > 10, "{org}: content");
+        }
+        assert_eq!(sorted(mine.content().unwrap()), alone.0, "{org}: content");
+        assert_eq!(PreviousState::latest_run(&mut mine).unwrap(), alone.1, "{org}: latest run");
+        assert_eq!(format!("{kept:?}"), alone.2, "{org}: kept applications");
+    }
+    assert_eq!(w.with_org("a", warehouse::latest_run).unwrap().as_deref(), Some("r2"));
+}
+
+/// The fleet's writer prepares a batch on a thread of its own while it commits the batch before
+/// and publishes (which closes and reopens its file): the preparation touches no warehouse, so
+/// the batch commits exactly as a batch loaded at once.
+#[test]
+fn a_batch_prepared_on_another_thread_commits_after_the_writer_reopened() {
+    use ApplicationStatus::{Accepted, Pending};
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutDir::new(dir.path());
+    let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+    w.load(vec![member("a", run("r1", &[(1, Pending), (2, Pending)], 7, 0))], &config(false)).pop().unwrap().1.unwrap();
+    let read = w.read_batch(vec![
+        member("a", run("r2", &[(1, Accepted)], 7, 1)),
+        member("new", run("r1", &[(5, Pending)], 7, 2)),
+    ]);
+    assert_eq!(read.organizations(), ["a", "new"]);
+    let batch_config = config(false);
+    let preparing = std::thread::spawn(move || prepare_batch(read, &batch_config));
+    // Meanwhile another batch commits, and a publish closes and reopens the writer's file.
+    w.load(vec![member("b", run("r1", &[(3, Pending)], 7, 3))], &config(false)).pop().unwrap().1.unwrap();
+    w.publish().unwrap();
+    let outcomes = w.commit_batch(preparing.join().unwrap());
+    let names: Vec<&str> = outcomes.iter().map(|(o, _)| o.as_str()).collect();
+    assert_eq!(names, ["a", "new"]);
+    let reports: Vec<LoadReport> = outcomes.into_iter().map(|(_, r)| r.expect("loaded")).collect();
+    assert_eq!(reports[0].quality.status_changes, 1, "a's application 1: pending, then accepted");
+    w.publish().unwrap();
+    let published = Connection::open(out.warehouse()).unwrap();
+    for (sql, want) in [
+        ("SELECT count(*) FROM applications WHERE organization = 'a'", 1),
+        ("SELECT count(*) FROM applications WHERE organization = 'a' AND status = 'accepted'", 1),
+        ("SELECT count(*) FROM application_status_history WHERE organization = 'a'", 3),
+        ("SELECT count(*) FROM applications WHERE organization = 'new'", 1),
+        ("SELECT count(*) FROM applications WHERE organization = 'b'", 1),
+        ("SELECT count(*) FROM runs WHERE organization = 'a'", 2),
+        ("SELECT count(*) FROM content_daily WHERE organization = 'new'", 14),
+    ] {
+        assert_eq!(count(&published, sql), want, "{sql}");
+    }
+}

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use duckdb::Connection;
 
 pub use readback::{
-    applications_where, content, content_cursor, latest_run, previous_rows, scope_filter, snapshot, sync_scope,
-    PreviousRows,
+    applications_where, content, content_cursor, in_scope, latest_run, load_rows, previous_rows, scope_filter,
+    snapshot, sync_scope, LoadRows, PreviousRows,
 };
 
 use super::catalog::{self, Shape, ORGANIZATION};

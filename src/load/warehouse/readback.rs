@@ -295,17 +295,13 @@ pub fn snapshot(
 
 /// Content already in the warehouse.
 pub fn content(conn: &Connection) -> Result<Vec<ContentRow>, LoadError> {
-    read_rows(conn, "content_daily", "SELECT metric, date, last_date, current, last FROM content_daily", [], |c| {
-        Ok(ContentRow {
-            metric: metric(c)?,
-            date: c.date("date")?,
-            last_date: c.date("last_date")?,
-            current: c.get("current")?,
-            last: c.get("last")?,
-            total: 0,
-            last_total: 0,
-        })
-    })
+    read_rows(
+        conn,
+        "content_daily",
+        "SELECT metric, date, last_date, current, last FROM content_daily",
+        [],
+        content_row,
+    )
 }
 
 /// Applications (with their accounts) already in the warehouse that match `keep`, as
@@ -315,29 +311,8 @@ pub fn content(conn: &Connection) -> Result<Vec<ContentRow>, LoadError> {
 /// not know (a new status, a new provider) as `Other`, the load writes it as it came, and it
 /// reads back the same. A NULL where the model requires a value is an error.
 pub fn applications_where(conn: &Connection, keep: &str) -> Result<Vec<Observation>, LoadError> {
-    let sql = format!(
-        "SELECT id, status, campaign_id, campaign_name, user_id, creator_name, email, signup_source, \
-         applied_at, last_seen_at FROM applications WHERE {keep} ORDER BY id"
-    );
-    let mut apps = read_rows(conn, "applications", &sql, [], |c| {
-        Ok(Observation {
-            seq: 0,
-            first_pass: 1,
-            observed_at: c.timestamp("last_seen_at")?,
-            app: Application {
-                id: c.get("id")?,
-                status: ApplicationStatus::parse(&c.get::<String>("status")?),
-                campaign_id: c.get("campaign_id")?,
-                campaign_name: c.get("campaign_name")?,
-                user_id: c.get("user_id")?,
-                creator_name: c.get("creator_name")?,
-                email: c.get("email")?,
-                signup_source: SignupSource::parse(&c.get::<String>("signup_source")?),
-                connected_accounts: vec![],
-                applied_at: c.timestamp("applied_at")?,
-            },
-        })
-    })?;
+    let sql = format!("SELECT {APPLICATION_COLUMNS} FROM applications WHERE {keep} ORDER BY id");
+    let mut apps = read_rows(conn, "applications", &sql, [], observation)?;
     if apps.is_empty() {
         return Ok(apps);
     }
@@ -345,33 +320,209 @@ pub fn applications_where(conn: &Connection, keep: &str) -> Result<Vec<Observati
         conn,
         "connected_accounts",
         &format!(
-            "SELECT application_id, account_id, provider, username, monthly_post_count FROM connected_accounts \
+            "SELECT {ACCOUNT_COLUMNS} FROM connected_accounts \
              WHERE application_id IN (SELECT id FROM applications WHERE {keep}) ORDER BY application_id, account_id"
         ),
         [],
-        |c| {
-            Ok((
-                c.get::<i64>("application_id")?,
-                ConnectedAccount {
-                    id: c.get("account_id")?,
-                    provider: Provider::parse(&c.get::<String>("provider")?),
-                    username: c.get("username")?,
-                    monthly_post_count: c.get("monthly_post_count")?,
-                },
-            ))
-        },
+        account,
     )?;
+    with_accounts(&mut apps, accounts);
+    Ok(apps)
+}
+
+/// The columns of `applications` that [`observation`] reads.
+const APPLICATION_COLUMNS: &str =
+    "id, status, campaign_id, campaign_name, user_id, creator_name, email, signup_source, applied_at, last_seen_at";
+
+/// The columns of `connected_accounts` that [`account`] reads.
+const ACCOUNT_COLUMNS: &str = "application_id, account_id, provider, username, monthly_post_count";
+
+/// An `applications` row as an observation at its `last_seen_at`, without its accounts.
+fn observation(c: &Cells<'_, '_>) -> Result<Observation, LoadError> {
+    Ok(Observation {
+        seq: 0,
+        first_pass: 1,
+        observed_at: c.timestamp("last_seen_at")?,
+        app: Application {
+            id: c.get("id")?,
+            status: ApplicationStatus::parse(&c.get::<String>("status")?),
+            campaign_id: c.get("campaign_id")?,
+            campaign_name: c.get("campaign_name")?,
+            user_id: c.get("user_id")?,
+            creator_name: c.get("creator_name")?,
+            email: c.get("email")?,
+            signup_source: SignupSource::parse(&c.get::<String>("signup_source")?),
+            connected_accounts: vec![],
+            applied_at: c.timestamp("applied_at")?,
+        },
+    })
+}
+
+/// A `connected_accounts` row: its application's id and the account.
+fn account(c: &Cells<'_, '_>) -> Result<(i64, ConnectedAccount), LoadError> {
+    Ok((
+        c.get::<i64>("application_id")?,
+        ConnectedAccount {
+            id: c.get("account_id")?,
+            provider: Provider::parse(&c.get::<String>("provider")?),
+            username: c.get("username")?,
+            monthly_post_count: c.get("monthly_post_count")?,
+        },
+    ))
+}
+
+/// Gives each application its accounts (`accounts` in the order they are listed).
+fn with_accounts(apps: &mut [Observation], accounts: Vec<(i64, ConnectedAccount)>) {
     let mut by_app: std::collections::HashMap<i64, Vec<ConnectedAccount>> = Default::default();
     for (app_id, account) in accounts {
         by_app.entry(app_id).or_default().push(account);
     }
-    for o in &mut apps {
+    for o in apps {
         // An application with no row in `connected_accounts` listed no account.
         if let Some(accounts) = by_app.remove(&o.app.id) {
             o.app.connected_accounts = accounts;
         }
     }
-    Ok(apps)
+}
+
+/// A `content_daily` row, its totals zero (the table keeps none).
+fn content_row(c: &Cells<'_, '_>) -> Result<ContentRow, LoadError> {
+    Ok(ContentRow {
+        metric: metric(c)?,
+        date: c.date("date")?,
+        last_date: c.date("last_date")?,
+        current: c.get("current")?,
+        last: c.get("last")?,
+        total: 0,
+        last_total: 0,
+    })
+}
+
+/// One organization's previous rows as a fleet batch's load reads them ([`load_rows`]): what
+/// [`content`], [`latest_run`] and [`applications_where`] read through its views, for a load
+/// that merges a run with them.
+#[derive(Debug, Default)]
+pub struct LoadRows {
+    /// A row of the organization could not be read as the batch reader reads it: its state is
+    /// read through its views instead ([`PreviousRows::damaged`]).
+    pub damaged: bool,
+    /// `runs`: run id and finished at.
+    runs: Vec<(String, Option<DateTime<Utc>>)>,
+    content: Vec<ContentRow>,
+    /// Its applications with their accounts, sorted by id: read only when asked for.
+    apps: Vec<Observation>,
+}
+
+/// The previous rows of the organizations `orgs` of the fleet warehouse `conn` that their
+/// batch's load merges with, with one query per table: the ledger and content of each, and the
+/// applications of those in `apps_of`. An organization without rows gets empty ones.
+pub fn load_rows(
+    conn: &Connection,
+    orgs: &[String],
+    apps_of: &[String],
+) -> Result<std::collections::BTreeMap<String, LoadRows>, LoadError> {
+    let mut out: std::collections::BTreeMap<String, LoadRows> =
+        orgs.iter().map(|o| (o.clone(), LoadRows::default())).collect();
+    if orgs.is_empty() {
+        return Ok(out);
+    }
+    // Each row's organization, and the row or `None` when a value of it cannot be read.
+    fn keyed<T>(
+        read: impl Fn(&Cells<'_, '_>) -> Result<T, LoadError>,
+    ) -> impl FnMut(&Cells<'_, '_>) -> Result<(String, Option<T>), LoadError> {
+        move |c| Ok((c.get::<String>("organization")?, read(c).ok()))
+    }
+    let list = super::sql_list(orgs);
+    let runs = read_rows(
+        conn,
+        "runs",
+        &format!("SELECT organization, run_id, finished_at FROM runs WHERE organization IN ({list})"),
+        [],
+        keyed(|c| Ok((c.get::<String>("run_id")?, c.timestamp_opt("finished_at")?))),
+    )?;
+    for (org, run) in runs {
+        let rows = out.entry(org).or_default();
+        match run {
+            Some(run) => rows.runs.push(run),
+            None => rows.damaged = true,
+        }
+    }
+    let content = read_rows(
+        conn,
+        "content_daily",
+        &format!(
+            "SELECT organization, metric, date, last_date, current, last FROM content_daily WHERE organization IN ({list})"
+        ),
+        [],
+        keyed(content_row),
+    )?;
+    for (org, row) in content {
+        let rows = out.entry(org).or_default();
+        match row {
+            Some(row) => rows.content.push(row),
+            None => rows.damaged = true,
+        }
+    }
+    if apps_of.is_empty() {
+        return Ok(out);
+    }
+    let list = super::sql_list(apps_of);
+    let apps = read_rows(
+        conn,
+        "applications",
+        &format!(
+            "SELECT organization, {APPLICATION_COLUMNS} FROM applications WHERE organization IN ({list}) ORDER BY organization, id"
+        ),
+        [],
+        keyed(observation),
+    )?;
+    for (org, app) in apps {
+        let rows = out.entry(org).or_default();
+        match app {
+            Some(app) => rows.apps.push(app),
+            None => rows.damaged = true,
+        }
+    }
+    let accounts = read_rows(
+        conn,
+        "connected_accounts",
+        &format!(
+            "SELECT organization, {ACCOUNT_COLUMNS} FROM connected_accounts WHERE organization IN ({list}) \
+             ORDER BY organization, application_id, account_id"
+        ),
+        [],
+        keyed(account),
+    )?;
+    let mut by_org: std::collections::BTreeMap<String, Vec<(i64, ConnectedAccount)>> = Default::default();
+    for (org, account) in accounts {
+        match account {
+            Some(account) => by_org.entry(org).or_default().push(account),
+            None => out.entry(org).or_default().damaged = true,
+        }
+    }
+    for (org, accounts) in by_org {
+        with_accounts(&mut out.entry(org).or_default().apps, accounts);
+    }
+    Ok(out)
+}
+
+impl LoadRows {
+    /// [`latest_run`] of these rows.
+    pub fn latest_run(&self) -> Option<String> {
+        // By `finished_at`, a missing one last, then by id, as `last_run` orders them.
+        self.runs.iter().max_by_key(|r| (r.1.is_some(), r.1, &r.0)).map(|r| r.0.clone())
+    }
+
+    /// [`content`] of these rows, taken.
+    pub fn take_content(&mut self) -> Vec<ContentRow> {
+        std::mem::take(&mut self.content)
+    }
+
+    /// The applications (read for this organization: [`load_rows`]'s `apps_of`) of which
+    /// `keep` holds, sorted by id as [`applications_where`] gives them.
+    pub fn applications_if(&self, keep: impl Fn(&Observation) -> bool) -> Vec<Observation> {
+        self.apps.iter().filter(|o| keep(o)).cloned().collect()
+    }
 }
 
 /// One organization's ledger and applications as a sync reads them before its first request,
@@ -491,7 +642,7 @@ impl PreviousRows {
 
 /// Whether an application of this status and campaign is in a sync's scope: [`scope_filter`]'s
 /// rule, in Rust.
-fn in_scope(statuses: &[String], campaign_id: Option<i64>, status: &str, campaign: i64) -> bool {
+pub fn in_scope(statuses: &[String], campaign_id: Option<i64>, status: &str, campaign: i64) -> bool {
     (statuses.len() >= ApplicationStatus::KNOWN.len() || statuses.iter().any(|s| s == status))
         && campaign_id.is_none_or(|c| c == campaign)
 }
