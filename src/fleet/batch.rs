@@ -5,9 +5,10 @@
 //! A batch closes when it has `size` organizations, or `wait` after its first one joined,
 //! whichever comes first, or at once when no other organization can still join it (every other
 //! organization's sync has loaded or ended); each organization's sync waits for its batch's commit.
-//! A closed batch's previous rows are read on the writer's connection; its merge, transform and
-//! staging run on a thread of its own, which touches no warehouse, while the writer commits the
-//! batch before it and answers preflights; at most one batch is being prepared. After a batch,
+//! A closed batch's previous rows are read on the writer's connection (and a member whose rows
+//! must be read alone is merged there); the rest of its merge, its transform and its staging
+//! run on a thread of their own, which touches no warehouse, while the writer commits the batch
+//! before it and answers preflights; at most one batch is being prepared. After a batch,
 //! the Parquet tree and the readers' snapshot are published if the last publish is at least
 //! `publish_every` old, and always when the run ends. One DuckDB start serves the whole run.
 //!
@@ -99,8 +100,9 @@ enum Request {
 pub struct Batcher {
     requests: mpsc::Sender<Request>,
     thread: std::thread::JoinHandle<Result<(), LoadError>>,
-    /// Landings read into memory and not yet loaded: at most three batches' worth (one
-    /// committing, one being prepared, one gathering), however many extracts finish at once.
+    /// Landings read into memory and not yet answered: at most three batches' worth (so that
+    /// one gathers while one commits and the next is prepared), however many extracts finish at
+    /// once.
     landings: Arc<Semaphore>,
     /// The handles that may still send a load.
     to_load: Arc<std::sync::atomic::AtomicUsize>,
@@ -305,8 +307,15 @@ fn serve(
         // Wake for the open batch's deadline, and for the publish of loaded data when it is due.
         // No other organization can join the open batch: it closes once the channel is read.
         let nothing_to_come = || to_load.load(std::sync::atomic::Ordering::SeqCst) == 0;
-        let batch_due =
-            opened.map(|t| if nothing_to_come() { Duration::ZERO } else { options.wait.saturating_sub(t.elapsed()) });
+        // A batch due while another is being prepared waits for that one: the poll below wakes
+        // the writer then.
+        let batch_due = opened.filter(|_| preparing.is_none()).map(|t| {
+            if nothing_to_come() {
+                Duration::ZERO
+            } else {
+                options.wait.saturating_sub(t.elapsed())
+            }
+        });
         let publish_due = w.unpublished().then(|| options.publish_every.saturating_sub(published.elapsed()));
         // While a batch is being prepared, look every few milliseconds whether it is ready.
         let prepared_due = preparing.as_ref().map(|_| PREPARED_POLL);
@@ -369,7 +378,7 @@ fn serve(
         // A prepared batch is committed after the next one, when due, is read and sent off to
         // be prepared: that preparation overlaps this commit.
         let prepared = match &preparing {
-            Some(p) if ended || p.is_ready() => preparing.take(),
+            Some(p) if ended || p.is_ready() => preparing.take().map(Preparing::finished),
             _ => None,
         };
         if close && preparing.is_none() {
@@ -380,8 +389,10 @@ fn serve(
             commit_batch(&mut w, &runtime, prepared);
         }
         if ended {
-            // Every batch left, in turn; then the last publish.
+            // Every batch left, in turn (each prepared while the one before commits); then the
+            // last publish.
             while let Some(prepared) = preparing.take() {
+                let prepared = prepared.finished();
                 if !batch.is_empty() {
                     preparing = Some(start_batch(&mut w, &mut batch, &options));
                 }
@@ -399,7 +410,7 @@ fn serve(
     }
 }
 
-/// The landings held in memory, in batches: one committing, one being prepared, one gathering.
+/// The landings held in memory, in batches: one gathering while one commits and the next is prepared.
 const LANDINGS_IN_BATCHES: usize = 3;
 
 /// How often the writer looks whether the batch being prepared is ready.
@@ -410,16 +421,18 @@ const PREPARED_POLL: Duration = Duration::from_millis(5);
 struct Preparing {
     work: Work,
     orgs: Vec<String>,
+    /// The batch's staging directory.
+    staging: Option<std::path::PathBuf>,
     replies: Vec<LoadAnswers>,
     lake: Option<LakeConfig>,
     with_actions: BTreeSet<String>,
     started: Instant,
 }
 
-/// A batch's preparation: on its thread, or done on the writer's (no thread could start).
+/// A batch's preparation: on its thread, or done (`None`: its thread panicked).
 enum Work {
     Thread(std::thread::JoinHandle<Option<PreparedBatch>>),
-    Done(Box<PreparedBatch>),
+    Done(Option<Box<PreparedBatch>>),
 }
 
 impl Preparing {
@@ -428,6 +441,18 @@ impl Preparing {
             Work::Thread(thread) => thread.is_finished(),
             Work::Done(_) => true,
         }
+    }
+
+    /// Waits for the preparation to end. A preparation that panicked leaves the batch's
+    /// staging directory, which is removed here.
+    fn finished(mut self) -> Self {
+        if let Work::Thread(thread) = self.work {
+            self.work = Work::Done(thread.join().ok().flatten().map(Box::new));
+        }
+        if let (Work::Done(None), Some(dir)) = (&self.work, &self.staging) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        self
     }
 }
 
@@ -442,7 +467,7 @@ fn start_batch(w: &mut FleetWarehouse, batch: &mut Vec<(Member, LoadAnswers)>, o
     let lake = members.iter().find_map(|m| m.lake.clone());
     let with_actions: BTreeSet<String> = members.iter().filter(|m| m.actions).map(|m| m.org.clone()).collect();
     let read = w.read_batch(members);
-    let orgs = read.organizations().to_vec();
+    let (orgs, staging) = (read.organizations().to_vec(), read.staging_dir());
     // The read reaches the thread once it runs: if no thread can start, it is still here, and
     // is prepared on the writer's thread instead.
     let config = options.config.clone();
@@ -450,25 +475,36 @@ fn start_batch(w: &mut FleetWarehouse, batch: &mut Vec<(Member, LoadAnswers)>, o
     let spawned = std::thread::Builder::new()
         .name("fleet-prepare".into())
         .spawn(move || from_writer.recv().ok().map(|read| prepare_batch(read, &config)));
+    // On the writer's thread, a panic is caught as the thread's would be.
+    let here = |read: BatchRead| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| prepare_batch(read, &options.config)))
+            .ok()
+            .map(Box::new)
+    };
     let work = match spawned {
         Ok(thread) => match to_thread.send(read) {
             Ok(()) => Work::Thread(thread),
-            Err(mpsc::SendError(read)) => Work::Done(Box::new(prepare_batch(read, &options.config))),
+            Err(mpsc::SendError(read)) => Work::Done(here(read)),
         },
         Err(e) => {
             tracing::warn!(error = %e, "cannot start a thread to prepare the batch; preparing it on the writer's");
-            Work::Done(Box::new(prepare_batch(read, &options.config)))
+            Work::Done(here(read))
         }
     };
-    Preparing { work, orgs, replies, lake, with_actions, started }
+    let preparing = Preparing { work, orgs, staging, replies, lake, with_actions, started };
+    match preparing.work {
+        // Prepared here: its staging is cleaned up now if it panicked.
+        Work::Done(_) => preparing.finished(),
+        Work::Thread(_) => preparing,
+    }
 }
 
 /// Commits a prepared batch, answers its members, and sends the loaded ones to the lake.
 fn commit_batch(w: &mut FleetWarehouse, runtime: &tokio::runtime::Handle, preparing: Preparing) {
-    let Preparing { work, orgs, replies, lake, with_actions, started } = preparing;
+    let Preparing { work, orgs, replies, lake, with_actions, started, .. } = preparing.finished();
     let prepared = match work {
-        Work::Thread(thread) => thread.join().ok().flatten(),
-        Work::Done(prepared) => Some(*prepared),
+        Work::Done(prepared) => prepared.map(|p| *p),
+        Work::Thread(_) => None,
     };
     let outcomes = match prepared {
         Some(prepared) => w.commit_batch(prepared),

@@ -303,7 +303,7 @@ impl FleetWarehouse {
     }
 
     /// The previous rows of the batch's members `orgs` that their load merges with
-    /// ([`warehouse::load_rows`]), the applications of `apps_of` included. Empty if that read
+    /// ([`warehouse::load_rows`]), the applications of `apps_of` included. None if that read
     /// fails: each member is then read alone through its views.
     fn read_load_rows(&mut self, orgs: &[String], apps_of: &[String]) -> BTreeMap<String, warehouse::LoadRows> {
         let rows = self.conn().and_then(|conn| {
@@ -363,6 +363,7 @@ impl FleetWarehouse {
             // A directory of its own: batches (and the lake's staging) overlap in time.
             staging: crate::out::unique_dir(&self.out.staging_dir(), "batch-"),
         };
+        let mut alone: Vec<Member> = vec![];
         for member in members {
             match (self.loaded.contains(&member.org), previous.remove(&member.org)) {
                 (true, Some(rows)) if !rows.damaged => read.to_merge.push((member, Some(rows))),
@@ -370,16 +371,26 @@ impl FleetWarehouse {
                     if rows.is_some() {
                         tracing::warn!(organization = %member.org, "a value of the organization's previous rows cannot be read together with the others'; reading them alone");
                     }
-                    let Member { org, extracted, report, .. } = member;
-                    let laps = super::prepare::Laps::start();
-                    match self.with_org(&org, |conn| merge(Some(&mut { conn }), extracted, laps)) {
-                        Ok(m) => read.merged.push((org, report, m)),
-                        Err(e) => {
-                            read.results.insert(org, Err(e));
-                        }
-                    }
+                    alone.push(member);
                 }
                 (false, _) => read.to_merge.push((member, None)),
+            }
+        }
+        // Those read alone, through their views, of their rows gathered together (one scan per
+        // table); a failed read empties the reader's group, so the ones left are gathered again.
+        let names: Vec<String> = alone.iter().map(|m| m.org.clone()).collect();
+        for (i, Member { org, extracted, report, .. }) in alone.into_iter().enumerate() {
+            if !self.group.contains(&org) && names.len() - i > 1 {
+                if let Err(e) = self.gather(&names[i..]) {
+                    tracing::warn!(error = %crate::exit::with_causes(&e), "cannot gather the previous rows of the members read alone together; each one's are gathered alone");
+                }
+            }
+            let laps = super::prepare::Laps::start();
+            match self.with_org(&org, |conn| merge(Some(&mut { conn }), extracted, laps)) {
+                Ok(m) => read.merged.push((org, report, m)),
+                Err(e) => {
+                    read.results.insert(org, Err(e));
+                }
             }
         }
         read
@@ -729,6 +740,12 @@ impl BatchRead {
     /// The members' names, in the order given.
     pub fn organizations(&self) -> &[String] {
         &self.order
+    }
+
+    /// The batch's staging directory (made by [`FleetWarehouse::read_batch`], removed by
+    /// [`FleetWarehouse::commit_batch`]).
+    pub fn staging_dir(&self) -> Option<PathBuf> {
+        self.staging.as_ref().ok().cloned()
     }
 }
 
