@@ -421,89 +421,106 @@ pub fn load_rows(
     orgs: &[String],
     apps_of: &[String],
 ) -> Result<std::collections::BTreeMap<String, LoadRows>, LoadError> {
-    let mut out: std::collections::BTreeMap<String, LoadRows> =
-        orgs.iter().map(|o| (o.clone(), LoadRows::default())).collect();
+    let mut out = empty_rows::<LoadRows>(orgs);
     if orgs.is_empty() {
         return Ok(out);
     }
-    // Each row's organization, and the row or `None` when a value of it cannot be read.
-    fn keyed<T>(
-        read: impl Fn(&Cells<'_, '_>) -> Result<T, LoadError>,
-    ) -> impl FnMut(&Cells<'_, '_>) -> Result<(String, Option<T>), LoadError> {
-        move |c| Ok((c.get::<String>("organization")?, read(c).ok()))
-    }
     let list = super::sql_list(orgs);
-    let runs = read_rows(
+    read_keyed(
         conn,
         "runs",
         &format!("SELECT organization, run_id, finished_at FROM runs WHERE organization IN ({list})"),
-        [],
-        keyed(|c| Ok((c.get::<String>("run_id")?, c.timestamp_opt("finished_at")?))),
+        |c| Ok((c.get::<String>("run_id")?, c.timestamp_opt("finished_at")?)),
+        &mut out,
+        |rows, run| rows.runs.push(run),
     )?;
-    for (org, run) in runs {
-        let rows = out.entry(org).or_default();
-        match run {
-            Some(run) => rows.runs.push(run),
-            None => rows.damaged = true,
-        }
-    }
-    let content = read_rows(
+    read_keyed(
         conn,
         "content_daily",
         &format!(
             "SELECT organization, metric, date, last_date, current, last FROM content_daily WHERE organization IN ({list})"
         ),
-        [],
-        keyed(content_row),
+        content_row,
+        &mut out,
+        |rows, row| rows.content.push(row),
     )?;
-    for (org, row) in content {
-        let rows = out.entry(org).or_default();
-        match row {
-            Some(row) => rows.content.push(row),
-            None => rows.damaged = true,
-        }
-    }
     if apps_of.is_empty() {
         return Ok(out);
     }
     let list = super::sql_list(apps_of);
-    let apps = read_rows(
+    read_keyed(
         conn,
         "applications",
         &format!(
             "SELECT organization, {APPLICATION_COLUMNS} FROM applications WHERE organization IN ({list}) ORDER BY organization, id"
         ),
-        [],
-        keyed(observation),
+        observation,
+        &mut out,
+        |rows, app| rows.apps.push(app),
     )?;
-    for (org, app) in apps {
-        let rows = out.entry(org).or_default();
-        match app {
-            Some(app) => rows.apps.push(app),
-            None => rows.damaged = true,
-        }
-    }
-    let accounts = read_rows(
+    // Each account to its application (sorted by id above); an application with no row in
+    // `connected_accounts` listed no account.
+    read_keyed(
         conn,
         "connected_accounts",
         &format!(
             "SELECT organization, {ACCOUNT_COLUMNS} FROM connected_accounts WHERE organization IN ({list}) \
              ORDER BY organization, application_id, account_id"
         ),
-        [],
-        keyed(account),
+        account,
+        &mut out,
+        |rows, (app_id, account)| {
+            if let Ok(i) = rows.apps.binary_search_by_key(&app_id, |o| o.app.id) {
+                rows.apps[i].app.connected_accounts.push(account);
+            }
+        },
     )?;
-    let mut by_org: std::collections::BTreeMap<String, Vec<(i64, ConnectedAccount)>> = Default::default();
-    for (org, account) in accounts {
-        match account {
-            Some(account) => by_org.entry(org).or_default().push(account),
-            None => out.entry(org).or_default().damaged = true,
+    Ok(out)
+}
+
+/// Previous rows of many organizations, as a batch reader files them: a row with a value that
+/// cannot be read marks its organization damaged.
+trait Filed: Default {
+    fn damage(&mut self);
+}
+
+impl Filed for LoadRows {
+    fn damage(&mut self) {
+        self.damaged = true;
+    }
+}
+
+impl Filed for PreviousRows {
+    fn damage(&mut self) {
+        self.damaged = true;
+    }
+}
+
+/// Empty rows for each of `orgs`: what an organization without rows gets.
+fn empty_rows<R: Filed>(orgs: &[String]) -> std::collections::BTreeMap<String, R> {
+    orgs.iter().map(|o| (o.clone(), R::default())).collect()
+}
+
+/// Runs `sql`, whose rows have an `organization` column, reads each row with `read`, and files
+/// it into its organization's rows of `out` with `file`; a row `read` cannot read damages its
+/// organization instead.
+fn read_keyed<R: Filed, T>(
+    conn: &Connection,
+    table: &'static str,
+    sql: &str,
+    read: impl Fn(&Cells<'_, '_>) -> Result<T, LoadError>,
+    out: &mut std::collections::BTreeMap<String, R>,
+    mut file: impl FnMut(&mut R, T),
+) -> Result<(), LoadError> {
+    let rows = read_rows(conn, table, sql, [], |c| Ok((c.get::<String>("organization")?, read(c).ok())))?;
+    for (org, row) in rows {
+        let rows = out.entry(org).or_default();
+        match row {
+            Some(row) => file(rows, row),
+            None => rows.damage(),
         }
     }
-    for (org, accounts) in by_org {
-        with_accounts(&mut out.entry(org).or_default().apps, accounts);
-    }
-    Ok(out)
+    Ok(())
 }
 
 impl LoadRows {
@@ -549,63 +566,44 @@ pub fn previous_rows(
     conn: &Connection,
     orgs: &[String],
 ) -> Result<std::collections::BTreeMap<String, PreviousRows>, LoadError> {
-    let mut out: std::collections::BTreeMap<String, PreviousRows> =
-        orgs.iter().map(|o| (o.clone(), PreviousRows::default())).collect();
+    let mut out = empty_rows::<PreviousRows>(orgs);
     if orgs.is_empty() {
         return Ok(out);
     }
     let list = super::sql_list(orgs);
-    let runs = read_rows(
+    read_keyed(
         conn,
         "runs",
         &format!("SELECT organization, run_id, finished_at, sync_mode, sync_scope, report_json FROM runs WHERE organization IN ({list})"),
-        [],
         |c| {
-            let run = (|| {
-                Ok::<_, LoadError>((
-                    c.get::<String>("run_id")?,
-                    c.timestamp_opt("finished_at")?,
-                    c.get::<Option<String>>("sync_mode")?,
-                    c.get::<Option<String>>("sync_scope")?,
-                    c.get::<Option<String>>("report_json")?,
-                ))
-            })();
-            Ok((c.get::<String>("organization")?, run.ok()))
+            Ok((
+                c.get::<String>("run_id")?,
+                c.timestamp_opt("finished_at")?,
+                c.get::<Option<String>>("sync_mode")?,
+                c.get::<Option<String>>("sync_scope")?,
+                c.get::<Option<String>>("report_json")?,
+            ))
         },
+        &mut out,
+        |rows, run| rows.runs.push(run),
     )?;
-    for (org, run) in runs {
-        let rows = out.entry(org).or_default();
-        match run {
-            Some(run) => rows.runs.push(run),
-            None => rows.damaged = true,
-        }
-    }
-    let apps = read_rows(
+    read_keyed(
         conn,
         "applications",
         &format!(
             "SELECT organization, status, applied_at, id, campaign_id FROM applications WHERE organization IN ({list})"
         ),
-        [],
         |c| {
-            let app = (|| {
-                Ok::<_, LoadError>((
-                    c.get::<String>("status")?,
-                    c.timestamp("applied_at")?.timestamp_micros(),
-                    c.get::<i64>("id")?,
-                    c.get::<i64>("campaign_id")?,
-                ))
-            })();
-            Ok((c.get::<String>("organization")?, app.ok()))
+            Ok((
+                c.get::<String>("status")?,
+                c.timestamp("applied_at")?.timestamp_micros(),
+                c.get::<i64>("id")?,
+                c.get::<i64>("campaign_id")?,
+            ))
         },
+        &mut out,
+        |rows, app| rows.apps.push(app),
     )?;
-    for (org, app) in apps {
-        let rows = out.entry(org).or_default();
-        match app {
-            Some(app) => rows.apps.push(app),
-            None => rows.damaged = true,
-        }
-    }
     Ok(out)
 }
 
