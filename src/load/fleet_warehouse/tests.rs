@@ -468,3 +468,49 @@ fn a_batch_prepared_on_another_thread_commits_after_the_writer_reopened() {
         assert_eq!(count(&published, sql), want, "{sql}");
     }
 }
+
+/// Members whose previous rows hold a value the batch reader cannot read are read alone through
+/// their views (gathered together), and load as any member does; the others of their batch
+/// load from the batch's read.
+#[test]
+fn members_with_unreadable_previous_rows_are_read_alone_and_load() {
+    use ApplicationStatus::{Accepted, Pending};
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutDir::new(dir.path());
+    let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+    let first: Vec<Member> =
+        ["a", "b", "c"].iter().enumerate().map(|(i, o)| member(o, run("r1", &[(1, Pending)], 7, i as i64))).collect();
+    assert!(w.load(first, &config(false)).into_iter().all(|(_, r)| r.is_ok()));
+    // A `runs` row the batch reader cannot read (its `finished_at` is `infinity`), of a run that
+    // is not the latest: the views' reader orders by it without reading it.
+    w.conn()
+        .unwrap()
+        .execute_batch(
+            "INSERT INTO runs (organization, run_id, status, finished_at, parquet_exported) \
+             SELECT organization, 'r0', 'succeeded', '-infinity'::TIMESTAMPTZ, true FROM runs WHERE organization IN ('a', 'b');",
+        )
+        .unwrap();
+    let conn = w.conn().unwrap();
+    let rows = warehouse::load_rows(conn, &["a".into(), "b".into(), "c".into()], &[]).unwrap();
+    assert!(rows["a"].damaged && rows["b"].damaged && !rows["c"].damaged);
+    let outcomes = w.load(
+        // Observed later than the first run (its bias in seconds).
+        ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, o)| member(o, run("r2", &[(1, Accepted)], 7, i as i64 + 10)))
+            .collect(),
+        &config(false),
+    );
+    for (org, r) in outcomes {
+        let report = r.unwrap_or_else(|e| panic!("{org}: {e}"));
+        assert_eq!(report.quality.status_changes, 1, "{org}: pending, then accepted");
+    }
+    let conn = w.conn().unwrap();
+    for org in ["a", "b", "c"] {
+        let sql = format!("SELECT count(*) FROM application_status_history WHERE organization = '{org}'");
+        assert_eq!(count(conn, &sql), 2, "{org}");
+        let sql = format!("SELECT count(*) FROM content_daily WHERE organization = '{org}'");
+        assert_eq!(count(conn, &sql), 14, "{org}");
+    }
+}
