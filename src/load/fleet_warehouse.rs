@@ -339,12 +339,7 @@ impl FleetWarehouse {
         let with_state: Vec<String> = order.iter().filter(|org| self.loaded.contains(*org)).cloned().collect();
         let apps_of: Vec<String> = members
             .iter()
-            .filter(|m| self.loaded.contains(&m.org))
-            .filter(|m| {
-                let spec = &m.extracted.spec;
-                m.extracted.quick.as_ref().is_some_and(|q| q.kept().next().is_some())
-                    || super::prepare::keeps_out_of_scope(&spec.statuses, spec.campaign_id)
-            })
+            .filter(|m| self.loaded.contains(&m.org) && super::prepare::keeps_loaded_applications(&m.extracted))
             .map(|m| m.org.clone())
             .collect();
         let started = std::time::Instant::now();

@@ -81,19 +81,28 @@ impl PreviousState for warehouse::LoadRows {
     }
 
     fn applications(&mut self, keep: &Keep<'_>) -> Result<Vec<Observation>, LoadError> {
-        Ok(match keep {
+        let kept = match keep {
             // `scope_filter`'s rule, negated, in Rust (`in_scope`).
             Keep::OutOfScope { statuses, campaign_id } => self.applications_if(|o| {
                 !warehouse::in_scope(statuses, *campaign_id, o.app.status.as_str(), o.app.campaign_id)
             }),
             Keep::Ids(ids) => self.applications_if(|o| ids.contains(&o.app.id)),
-        })
+        };
+        // Never an empty list in place of rows not read: the load would drop them.
+        kept.ok_or_else(|| LoadError::Bug("the organization's applications were not read with its batch's rows".into()))
     }
 }
 
 /// Whether a run of this scope keeps applications of the warehouse outside it.
-pub(crate) fn keeps_out_of_scope(statuses: &[String], campaign_id: Option<i64>) -> bool {
+fn keeps_out_of_scope(statuses: &[String], campaign_id: Option<i64>) -> bool {
     warehouse::scope_filter(statuses, campaign_id).is_some()
+}
+
+/// Whether [`merge`] reads loaded applications for this run: a quick run's kept ones, or
+/// those outside a narrowed run's scope.
+pub(crate) fn keeps_loaded_applications(extracted: &Extracted) -> bool {
+    extracted.quick.as_ref().is_some_and(|q| q.kept().next().is_some())
+        || keeps_out_of_scope(&extracted.spec.statuses, extracted.spec.campaign_id)
 }
 
 /// Adds the warehouse's applications that `keep` names and the run did not see itself.

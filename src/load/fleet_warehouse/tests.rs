@@ -393,7 +393,11 @@ fn the_batch_read_of_previous_rows_is_each_members_own() {
         .unwrap();
     let orgs: Vec<String> = ["a", "b", "c", "d", "none"].iter().map(|s| s.to_string()).collect();
     let conn = w.conn().unwrap();
-    let mut batch = warehouse::load_rows(conn, &orgs, &orgs[..3]).unwrap();
+    let apps_of: Vec<String> = ["a", "b", "c", "none"].iter().map(|s| s.to_string()).collect();
+    let mut batch = warehouse::load_rows(conn, &orgs, &apps_of).unwrap();
+    // Applications not read are an error, never an empty list (a load would drop them).
+    let mut unread = warehouse::load_rows(conn, &orgs[..1], &[]).unwrap().remove("a").unwrap();
+    assert!(matches!(PreviousState::applications(&mut unread, &Keep::Ids(&[1].into())), Err(LoadError::Bug(_))));
     assert!(batch["d"].damaged, "d's damaged date marks it");
     assert!(["a", "b", "c", "none"].iter().all(|o| !batch[*o].damaged));
     let all: Vec<String> = ApplicationStatus::KNOWN.iter().map(|s| s.to_string()).collect();

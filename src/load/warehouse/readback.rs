@@ -409,8 +409,9 @@ pub struct LoadRows {
     /// `runs`: run id and finished at.
     runs: Vec<(String, Option<DateTime<Utc>>)>,
     content: Vec<ContentRow>,
-    /// Its applications with their accounts, sorted by id: read only when asked for.
-    apps: Vec<Observation>,
+    /// Its applications with their accounts, sorted by id: read only when asked for
+    /// ([`load_rows`]'s `apps_of`), `None` otherwise.
+    apps: Option<Vec<Observation>>,
 }
 
 /// The previous rows of the organizations `orgs` of the fleet warehouse `conn` that their
@@ -447,6 +448,9 @@ pub fn load_rows(
     if apps_of.is_empty() {
         return Ok(out);
     }
+    for org in apps_of {
+        out.entry(org.clone()).or_default().apps = Some(vec![]);
+    }
     let list = super::sql_list(apps_of);
     read_keyed(
         conn,
@@ -456,7 +460,7 @@ pub fn load_rows(
         ),
         observation,
         &mut out,
-        |rows, app| rows.apps.push(app),
+        |rows, app| rows.apps.get_or_insert_with(Vec::new).push(app),
     )?;
     // Each account to its application (sorted by id above); an application with no row in
     // `connected_accounts` listed no account.
@@ -470,8 +474,9 @@ pub fn load_rows(
         account,
         &mut out,
         |rows, (app_id, account)| {
-            if let Ok(i) = rows.apps.binary_search_by_key(&app_id, |o| o.app.id) {
-                rows.apps[i].app.connected_accounts.push(account);
+            let apps = rows.apps.get_or_insert_with(Vec::new);
+            if let Ok(i) = apps.binary_search_by_key(&app_id, |o| o.app.id) {
+                apps[i].app.connected_accounts.push(account);
             }
         },
     )?;
@@ -535,10 +540,10 @@ impl LoadRows {
         std::mem::take(&mut self.content)
     }
 
-    /// The applications (read for this organization: [`load_rows`]'s `apps_of`) of which
-    /// `keep` holds, sorted by id as [`applications_where`] gives them.
-    pub fn applications_if(&self, keep: impl Fn(&Observation) -> bool) -> Vec<Observation> {
-        self.apps.iter().filter(|o| keep(o)).cloned().collect()
+    /// The applications of which `keep` holds, sorted by id as [`applications_where`] gives
+    /// them; `None` when they were not read ([`load_rows`]'s `apps_of`).
+    pub fn applications_if(&self, keep: impl Fn(&Observation) -> bool) -> Option<Vec<Observation>> {
+        Some(self.apps.as_ref()?.iter().filter(|o| keep(o)).cloned().collect())
     }
 }
 
