@@ -6,7 +6,7 @@
 //!
 //! `cargo bench --profile dev --bench fleet -- [--orgs N] [--applications N] [--interval-ms MS]
 //! [--reps N] [--max-requests N] [--max-loads N] [--warehouse fleet|per-org] [--again] [--floor]
-//! [--no-report]`
+//! [--no-report] [--pause-s N]`
 //!
 //! `--warehouse` is passed to `fleet run` (default `fleet`, the command's own default), and so is
 //! `--no-report`; without it, each run's line says what the HTML report made and kept, and how
@@ -21,6 +21,14 @@
 //! `--log FILE` keeps the fleet's log in FILE (`RUST_LOG` as given, else the fleet's and its
 //! batches' `debug` lines: where a batch's time goes) and prints the fleet process's CPU per
 //! thread name (sampled every 0.5 s).
+//!
+//! `--pause-s N` waits N seconds before each run (default 0), so that the file system is quiet,
+//! as between a schedule's runs: on ext4 without a journal, allocating an inode skips every inode
+//! freed in the last minute (six, until written back), so a run right after another pays for
+//! the other's deletions, its temporary directory's removal included. 120 s is enough here.
+//!
+//! `FLEET_BENCH_ARGS`, when set, adds its words to `fleet run`'s flags (to compare settings:
+//! `FLEET_BENCH_ARGS="--batch-size 250"`).
 //!
 //! `FLEET_BENCH_WRAP`, when set, is a command the fleet binary runs under, split on spaces (for
 //! a heap profile: `FLEET_BENCH_WRAP="heaptrack -o /tmp/fleet"`); the peak RSS and CPU are
@@ -151,6 +159,7 @@ fn main() {
     let reps = arg("--reps", 3) as usize;
     let max_requests = arg("--max-requests", 0);
     let max_loads = arg("--max-loads", 2);
+    let pause_s = arg("--pause-s", 0);
     let args: Vec<String> = std::env::args().collect();
     let warehouse = args
         .iter()
@@ -198,6 +207,11 @@ fn main() {
         // A fresh `--out` has no pacing memory: the keys' previous requests (the last run's)
         // must be one interval behind.
         std::thread::sleep(Duration::from_millis(interval));
+        // `--pause-s N`: a quiet file system before each run, as between a schedule's runs. On
+        // ext4 without a journal, allocating an inode skips those freed in the last minute (six,
+        // until written back), so a run right after another (or after the last one's temporary
+        // directory was removed) pays for those deletions.
+        std::thread::sleep(Duration::from_secs(pause_s));
         let out = dir.path().join(if again { "out".to_owned() } else { format!("out-{rep}") });
         let wrap = std::env::var("FLEET_BENCH_WRAP").unwrap_or_default();
         let mut wrapper = wrap.split_whitespace();
@@ -227,6 +241,8 @@ fn main() {
         if flag("--no-report") {
             cmd.arg("--no-report");
         }
+        // More `fleet run` flags, for comparing settings (`FLEET_BENCH_ARGS="--batch-size 250"`).
+        cmd.args(std::env::var("FLEET_BENCH_ARGS").unwrap_or_default().split_whitespace());
         for k in 1..=orgs {
             cmd.env(format!("FLEET_KEY_{k}"), org_key(k));
         }

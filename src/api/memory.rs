@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::key::{fnv1a, ApiKey};
-use crate::out::{write_atomic_with, OutError};
+use crate::out::{rewrite_atomic_with, OutError};
 
 /// The pacer's memory of the latest requests, in wall-clock milliseconds since the Unix epoch:
 /// what a later process needs to keep the per-key rules across a restart (see
@@ -43,7 +43,7 @@ impl PacingMemory {
     /// when the last requests went out, which no restart after a power loss comes soon enough to
     /// need, so it is not synced (a fleet writes it before every request of every organization).
     pub(crate) fn write(&self, path: &Path) -> Result<(), OutError> {
-        write_atomic_with(path, &serde_json::to_vec(self).unwrap_or_default(), !self.window_ms.is_empty())
+        rewrite_atomic_with(path, &serde_json::to_vec(self).unwrap_or_default(), !self.window_ms.is_empty())
     }
 }
 

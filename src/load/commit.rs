@@ -62,6 +62,8 @@ pub(crate) fn write(
     staged: &Staged,
 ) -> Result<Vec<Committed>, LoadError> {
     let mut laps = Laps::start();
+    // The transaction's parts, for the debug log.
+    let mut split = Laps::start();
     let orgs: Vec<String> = batch.iter().filter_map(|r| r.org.clone()).collect();
     let list = sql_list(&orgs);
     let mut sql = String::new();
@@ -74,14 +76,18 @@ pub(crate) fn write(
             check_keys(conn, t, &source)?;
         }
     }
+    let keys_ms = split.lap();
     let tx = conn.unchecked_transaction().map_err(|e| LoadError::db("begin the load's transaction", e))?;
     tx.execute_batch(&sql).map_err(|e| LoadError::db("load the run's tables", e))?;
+    let tables_ms = split.lap();
     let changes = record_history(&tx, shape, &orgs)?;
     if shape == Shape::Fleet {
         let history = catalog::table("application_status_history").expect("the catalog has the history");
         check_keys(&tx, history, &format!("(SELECT * FROM {} WHERE organization IN ({list}))", history.name))?;
     }
+    let history_ms = split.lap();
     let mut rows = warehouse::row_counts(&tx, (shape == Shape::Fleet).then_some(orgs.as_slice()))?;
+    let counts_ms = split.lap();
     let transaction_so_far = laps.lap();
     let mut committed: Vec<Committed> = vec![];
     for r in batch {
@@ -104,11 +110,13 @@ pub(crate) fn write(
         })
         .collect();
     record_runs(&tx, &runs)?;
+    let runs_ms = split.lap();
     crate::out::crash_point(match shape {
         Shape::One => "load-before-commit",
         Shape::Fleet => "fleet-load-before-commit",
     });
     tx.commit().map_err(|e| LoadError::db("commit the load", e))?;
+    tracing::debug!(members = batch.len(), keys_ms, tables_ms, history_ms, counts_ms, runs_ms, commit_ms = split.lap(), "transaction stages");
     let transaction_ms = transaction_so_far + laps.lap();
     Ok(committed
         .into_iter()
