@@ -25,14 +25,14 @@
 //! OUT/.demo, OUT/examples/           a demo's mark and its reviewed CSV
 //! OUT/lake-cache/                    an `s3://` lake's files, cached by `query --lake`, `report --lake`
 //! OUT/.publish-<pid>                 a publish's copy of the writer's warehouse, before its rename
-//! OUT/state/.<file>.swap             a rewritten state file's previous version, which its next
-//!                                    write reuses (`rewrite_atomic_with`)
+//! OUT/state/.pacing-<id>.json.swap the pacer's memory's swap, which its next write reuses
+//!                                    (`rewrite_atomic_with`); read by nothing
 //! ```
 //!
 //! The lock is an OS advisory lock (`flock`), so a killed run never leaves a stale lock behind.
 //! Every file a reader may open is written to a temporary name and renamed into place, or, for
-//! the state files rewritten many times a run (the stage ledger, the pacer's memory, a fleet
-//! member's status), written into its swap and exchanged with it ([`rewrite_atomic_with`]).
+//! the pacer's memory (rewritten before every request), written into its swap and exchanged
+//! with it ([`rewrite_atomic_with`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -350,19 +350,25 @@ pub fn write_atomic_with(path: &Path, bytes: &[u8], sync: bool) -> Result<(), Ou
     fs::rename(&tmp, path).map_err(io_err("rename into place", path))
 }
 
-/// [`write_atomic_with`] for a file rewritten many times (a stage ledger, a pacer's memory, an
-/// organization's status): the bytes go into the file's swap, `.NAME.swap` beside it, which is
-/// then exchanged with the file in one step (Linux `renameat2` with `RENAME_EXCHANGE`). A reader
-/// sees the old file or the new one whole, as with a rename, and a killed write leaves the file
-/// as it was. The swap then holds the old version, and the next write reuses it: a rewrite
-/// allocates and frees no inode. That is what a rename's temporary file costs most, on a file
-/// system without a journal especially (ext4 then skips over inodes freed in the last minutes
-/// when it allocates one), and a fleet rewrites these files about twenty times per organization
-/// and run.
+/// [`write_atomic_with`] for a file rewritten before every request (the pacer's memory): the
+/// bytes go into the file's swap, `.NAME.swap` beside it, which is closed and then exchanged with
+/// the file in one step (Linux `renameat2` with `RENAME_EXCHANGE`). A killed write leaves the file
+/// as it was, and [`read_rewritten`] reads one whole version. The swap then holds the old version,
+/// and the next write reuses it: a rewrite creates and frees no inode. Creating files is what a
+/// rename's temporary file costs most where inodes are slow to allocate: ext4 without a journal
+/// skips every inode freed in the last minute (six, until its table block is written back), so
+/// that a crash cannot leave a name on an inode already reused, and a fleet rewrites this file
+/// before each request of each organization.
 ///
-/// The first write (no file yet), a swap held by another writer or by a reader ([`read_whole`]
-/// locks what it reads), one that is linked elsewhere or not a plain file, and a file system
-/// without the exchange all take the rename.
+/// Its readers must use [`read_rewritten`]: a plain read of a version that a later rewrite
+/// reuses could see that rewrite half-done. So the files that people or other programs read
+/// (the stage ledger, a fleet member's status) keep [`write_atomic_with`]'s rename. Its writes
+/// must come one at a time, as for any file here (the pacer's memory: `MemoryFile`'s order, and
+/// the lock on `--out`); a writer that finds the swap held by another takes the rename.
+///
+/// The first write (no file yet), a swap that a reader or another writer holds, one that is not a
+/// plain file of one name, and a file system without the exchange all take the rename (of a
+/// temporary file, or, without the exchange, of the swap).
 pub fn rewrite_atomic_with(path: &Path, bytes: &[u8], sync: bool) -> Result<(), OutError> {
     #[cfg(target_os = "linux")]
     if let Some(done) = exchange_into_place(path, bytes, sync) {
@@ -374,33 +380,57 @@ pub fn rewrite_atomic_with(path: &Path, bytes: &[u8], sync: bool) -> Result<(), 
 /// [`rewrite_atomic_with`]'s exchange: `None` when the rename must be taken instead.
 #[cfg(target_os = "linux")]
 fn exchange_into_place(path: &Path, bytes: &[u8], sync: bool) -> Option<Result<(), OutError>> {
-    use std::os::unix::fs::MetadataExt;
+    use rustix::fs::{OFlags, RenameFlags, CWD};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let name = path.file_name()?.to_str()?;
-    if !fs::symlink_metadata(path).ok()?.file_type().is_file() {
+    let current = fs::symlink_metadata(path).ok()?;
+    if !current.file_type().is_file() {
         return None;
     }
     let swap = path.with_file_name(format!(".{name}.swap"));
-    let mut f = OpenOptions::new().write(true).create(true).truncate(false).open(&swap).ok()?;
-    // Another writer, or a reader that opened this version before it was exchanged out, holds
-    // the swap: the rename, with a file of its own.
-    f.try_lock().ok()?;
-    // The swap must still be the file opened (a writer may have exchanged it into place since),
-    // and no other name may share it (its old content would change under that name).
-    let (opened, named) = (f.metadata().ok()?, fs::symlink_metadata(&swap).ok()?);
-    if opened.ino() != named.ino() || opened.dev() != named.dev() || opened.nlink() != 1 {
+    // Never through a symbolic link, and never waiting on a pipe put in the swap's place.
+    let open = |create: bool| {
+        OpenOptions::new()
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK).bits() as i32)
+            .open(&swap)
+    };
+    // The swap is held from before it is written until after the exchange, through a descriptor
+    // of its own (the one written is closed first, below). A reader that opened this version
+    // before it was exchanged out, or another writer, holds it: the rename instead.
+    let held = open(true).ok()?;
+    held.try_lock().ok()?;
+    // The swap must still be the file held, a plain file of one name (its content would change
+    // under another), and not the file itself (two names of one file, after a crash).
+    let (locked, named) = (held.metadata().ok()?, fs::symlink_metadata(&swap).ok()?);
+    let same = |a: &fs::Metadata, b: &fs::Metadata| a.ino() == b.ino() && a.dev() == b.dev();
+    if !locked.is_file() || !same(&locked, &named) || locked.nlink() != 1 || same(&locked, &current) {
         return None;
     }
-    let written = f.set_len(0).and_then(|()| f.write_all(bytes)).and_then(|()| if sync { f.sync_all() } else { Ok(()) });
-    if let Err(e) = written {
-        // The file is untouched; the swap is only ever read by its next write, which empties it.
-        return Some(Err(io_err("write", &swap)(e)));
+    {
+        let mut f = open(false).ok()?;
+        if !same(&f.metadata().ok()?, &locked) {
+            return None;
+        }
+        let written =
+            f.set_len(0).and_then(|()| f.write_all(bytes)).and_then(|()| if sync { f.sync_all() } else { Ok(()) });
+        if let Err(e) = written {
+            // The file is untouched; the swap is read only by the next write, which empties it.
+            return Some(Err(io_err("write", &swap)(e)));
+        }
+        // Closed before the exchange: closing a file emptied and written again makes ext4 (with
+        // its default `auto_da_alloc`) allocate its blocks, so that a crash after the exchange
+        // finds the new bytes, as a rename over a file does; the exchange alone does not.
     }
-    let cwd = rustix::fs::CWD;
-    match rustix::fs::renameat_with(cwd, &swap, cwd, path, rustix::fs::RenameFlags::EXCHANGE) {
-        Ok(()) => Some(Ok(())),
-        // No exchange here (a file system without it): the swap is renamed into place instead.
-        Err(_) => Some(fs::rename(&swap, path).map_err(io_err("rename into place", path))),
-    }
+    let exchanged = match rustix::fs::renameat_with(CWD, &swap, CWD, path, RenameFlags::EXCHANGE) {
+        Ok(()) => Ok(()),
+        // No exchange on this file system: the swap is renamed into place instead.
+        Err(_) => fs::rename(&swap, path).map_err(io_err("rename into place", path)),
+    };
+    drop(held);
+    Some(exchanged)
 }
 
 /// Why a JSON file could not be read.
@@ -412,23 +442,74 @@ pub enum ReadJsonError {
     Parse(#[source] serde_json::Error),
 }
 
-/// Reads a file whole, one version of it. A file rewritten through its swap
-/// ([`rewrite_atomic_with`]) hands its old inode to a later rewrite, so a reader that opened it
-/// just before a rewrite could read a following one half-done. The reader holds a shared lock on
-/// the file while it reads, and a writer writes only into a swap it holds exclusively (else it
-/// renames a file of its own into place): a version is never rewritten under a reader.
-pub fn read_whole(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut file = File::open(path)?;
-    // A file system without locks still reads (as every file was read before the swaps).
-    let _ = file.lock_shared();
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    Ok(bytes)
+/// Reads a file written by [`rewrite_atomic_with`] whole, one version of it (`Ok(None)` when it
+/// does not exist). A rewrite reuses the inode of the version before, so the reader holds a
+/// shared lock on what it reads (a writer leaves a held swap alone) and reads only the file the
+/// path still names once the lock is held: a version exchanged out meanwhile may be a rewrite
+/// half-done (one that failed, or was killed). On a file system without locks it reads at once
+/// (writers cannot lock there either, so they always rename). A file that stays busy through
+/// every try is read without the lock: it may then read torn, which its reader must take as
+/// unreadable (a torn JSON document does not parse).
+pub fn read_rewritten(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    let read = |mut file: File| -> std::io::Result<Option<Vec<u8>>> {
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        Ok(Some(bytes))
+    };
+    let open = || match File::open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        opened => opened.map(Some),
+    };
+    for _ in 0..READ_TRIES {
+        let Some(file) = open()? else { return Ok(None) };
+        match locked_if_current(file, path) {
+            Locked::Current(file) | Locked::Unsupported(file) => return read(file),
+            Locked::Busy => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    }
+    match open()? {
+        Some(file) => read(file),
+        None => Ok(None),
+    }
+}
+
+/// [`read_rewritten`]'s attempts before it reads without a lock, 1 ms apart.
+const READ_TRIES: u32 = 50;
+
+/// What [`locked_if_current`] found.
+enum Locked {
+    /// Share-locked, and still the file the path names.
+    Current(File),
+    /// Locks are not supported here.
+    Unsupported(File),
+    /// Held by a writer, or no longer the file the path names: try again.
+    Busy,
+}
+
+/// `file`, share-locked, if `path` still names it.
+fn locked_if_current(file: File, path: &Path) -> Locked {
+    match file.try_lock_shared() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => return Locked::Busy,
+        Err(fs::TryLockError::Error(_)) => return Locked::Unsupported(file),
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let current = match (file.metadata(), fs::metadata(path)) {
+            (Ok(held), Ok(named)) => held.ino() == named.ino() && held.dev() == named.dev(),
+            _ => false,
+        };
+        if !current {
+            return Locked::Busy;
+        }
+    }
+    Locked::Current(file)
 }
 
 /// Reads a JSON file written by [`write_json_atomic`]: `Ok(None)` when it does not exist.
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, ReadJsonError> {
-    match read_whole(path) {
+    match fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(ReadJsonError::Parse),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(ReadJsonError::Io(e)),
@@ -442,18 +523,9 @@ pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<
 
 /// [`write_json_atomic`], with the fsync only when `sync` ([`write_atomic_with`]).
 pub fn write_json_atomic_with<T: serde::Serialize>(path: &Path, value: &T, sync: bool) -> Result<(), OutError> {
-    write_atomic_with(path, &json_bytes(value), sync)
-}
-
-/// [`write_json_atomic_with`] for a file rewritten many times ([`rewrite_atomic_with`]).
-pub fn rewrite_json_atomic_with<T: serde::Serialize>(path: &Path, value: &T, sync: bool) -> Result<(), OutError> {
-    rewrite_atomic_with(path, &json_bytes(value), sync)
-}
-
-fn json_bytes<T: serde::Serialize>(value: &T) -> Vec<u8> {
     let mut bytes = serde_json::to_vec_pretty(value).expect("reports serialise");
     bytes.push(b'\n');
-    bytes
+    write_atomic_with(path, &bytes, sync)
 }
 
 /// Aborts the process at a named point when `CREATOR_ETL_CRASH_AT` names it: how the
@@ -568,44 +640,66 @@ mod tests {
         assert_eq!(fs::read_dir(dir.path().join("a")).unwrap().count(), 1, "no temporary left behind");
     }
 
+    /// Whether `dir`'s file system exchanges two names in one step (the tests of the swap need it;
+    /// without it, the writes take the rename, which the other tests cover).
+    #[cfg(target_os = "linux")]
+    fn exchanges(dir: &Path) -> bool {
+        let (a, b) = (dir.join(".probe-a"), dir.join(".probe-b"));
+        fs::write(&a, b"a").unwrap();
+        fs::write(&b, b"b").unwrap();
+        let cwd = rustix::fs::CWD;
+        let works = rustix::fs::renameat_with(cwd, &a, cwd, &b, rustix::fs::RenameFlags::EXCHANGE).is_ok();
+        let _ = (fs::remove_file(a), fs::remove_file(b));
+        if !works {
+            eprintln!("{}: no RENAME_EXCHANGE on this file system; the swap's test is skipped", dir.display());
+        }
+        works
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn a_rewritten_file_is_exchanged_with_its_swap_and_allocates_no_inode() {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("state/stages.json");
-        let swap = dir.path().join("state/.stages.json.swap");
+        let p = dir.path().join("state/pacing.json");
+        let swap = dir.path().join("state/.pacing.json.swap");
         let ino = |p: &Path| fs::metadata(p).unwrap().ino();
         rewrite_atomic_with(&p, b"one", false).unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"one");
+        assert_eq!(read_rewritten(&p).unwrap().unwrap(), b"one");
         assert!(!swap.exists(), "a first write is renamed into place and leaves no swap");
+        if !exchanges(&dir.path().join("state")) {
+            return;
+        }
         rewrite_atomic_with(&p, b"two, longer", true).unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"two, longer");
-        assert_eq!(fs::read(&swap).unwrap(), b"one", "the swap holds the previous version");
-        let inodes = [ino(&p), ino(&swap)];
+        assert_eq!(read_rewritten(&p).unwrap().unwrap(), b"two, longer");
+        assert_eq!(fs::read(&swap).unwrap(), b"one", "the swap holds the version before");
+        let mut before = [ino(&p), ino(&swap)];
         for n in 3..10 {
             rewrite_atomic_with(&p, format!("{n}").as_bytes(), n % 2 == 0).unwrap();
-            assert_eq!(fs::read(&p).unwrap(), format!("{n}").as_bytes());
+            assert_eq!(read_rewritten(&p).unwrap().unwrap(), format!("{n}").as_bytes());
         }
         let mut now = [ino(&p), ino(&swap)];
         now.sort_unstable();
-        let mut before = inodes;
         before.sort_unstable();
         assert_eq!(now, before, "later writes reuse the two inodes");
         assert_eq!(fs::read_dir(dir.path().join("state")).unwrap().count(), 2, "the file and its swap, nothing else");
+        assert_eq!(read_rewritten(&dir.path().join("state/none.json")).unwrap(), None);
     }
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn a_swap_in_use_or_linked_elsewhere_is_left_alone_and_the_file_still_replaced() {
+    fn a_swap_held_linked_elsewhere_or_not_a_file_is_left_alone_and_the_file_still_replaced() {
         let dir = tempfile::tempdir().unwrap();
+        if !exchanges(dir.path()) {
+            return;
+        }
         let p = dir.path().join("pacing.json");
         let swap = dir.path().join(".pacing.json.swap");
         rewrite_atomic_with(&p, b"one", false).unwrap();
         rewrite_atomic_with(&p, b"two", false).unwrap();
-        // Another writer holds the swap: this one renames its own temporary file.
-        let held = File::options().write(true).open(&swap).unwrap();
-        held.lock().unwrap();
+        // A reader holds the swap (it opened that version before it was exchanged out).
+        let held = File::open(&swap).unwrap();
+        held.lock_shared().unwrap();
         rewrite_atomic_with(&p, b"three", false).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"three");
         assert_eq!(fs::read(&swap).unwrap(), b"one", "the held swap was not written");
@@ -616,22 +710,63 @@ mod tests {
         rewrite_atomic_with(&p, b"four", false).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"four");
         assert_eq!(fs::read(&kept).unwrap(), b"one", "the other name's content is untouched");
+        // A symbolic link in the swap's place is never followed, even to a file that is missing.
+        fs::remove_file(&swap).unwrap();
+        let elsewhere = dir.path().join("elsewhere.json");
+        std::os::unix::fs::symlink(&elsewhere, &swap).unwrap();
+        rewrite_atomic_with(&p, b"five", false).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"five");
+        assert!(!elsewhere.exists(), "nothing was created through the link");
         // A symbolic link in the file's place is replaced, as a rename does, never written through.
-        let target = dir.path().join("elsewhere.json");
-        fs::write(&target, b"theirs").unwrap();
+        fs::write(&elsewhere, b"theirs").unwrap();
         let linked = dir.path().join("linked.json");
-        std::os::unix::fs::symlink(&target, &linked).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &linked).unwrap();
         rewrite_atomic_with(&linked, b"ours", false).unwrap();
-        assert_eq!(fs::read(&target).unwrap(), b"theirs");
+        assert_eq!(fs::read(&elsewhere).unwrap(), b"theirs");
         assert_eq!(fs::read(&linked).unwrap(), b"ours");
         assert!(!fs::symlink_metadata(&linked).unwrap().file_type().is_symlink());
+        // A pipe in the swap's place is not waited on.
+        fs::remove_file(&swap).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &swap,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .unwrap();
+        rewrite_atomic_with(&p, b"six", false).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"six");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_version_exchanged_out_before_its_reader_locked_it_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        if !exchanges(dir.path()) {
+            return;
+        }
+        let p = dir.path().join("pacing.json");
+        rewrite_atomic_with(&p, b"{\"v\":1}", false).unwrap();
+        rewrite_atomic_with(&p, b"{\"v\":2}", false).unwrap();
+        // A reader opens version 2; before it locks, version 3 is exchanged in, and a rewrite of
+        // the swap (version 2's inode) fails half-way (a full disk, a kill).
+        let opened = File::open(&p).unwrap();
+        rewrite_atomic_with(&p, b"{\"v\":3}", false).unwrap();
+        fs::write(dir.path().join(".pacing.json.swap"), b"{\"v\":4").unwrap();
+        assert!(matches!(locked_if_current(opened, &p), Locked::Busy), "the opened file is no longer the current one");
+        assert_eq!(read_rewritten(&p).unwrap().unwrap(), b"{\"v\":3}");
     }
 
     #[cfg(target_os = "linux")]
     #[test]
     fn a_reader_never_sees_a_rewrite_half_done() {
+        use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("stages.json");
+        if !exchanges(dir.path()) {
+            return;
+        }
+        let p = dir.path().join("pacing.json");
         // Versions of different lengths: a torn read is a prefix, or one version's bytes over another's.
         let version = |k: usize| serde_json::to_vec(&vec![k; 20 + 700 * (k % 4)]).unwrap();
         rewrite_atomic_with(&p, &version(0), false).unwrap();
@@ -647,12 +782,16 @@ mod tests {
                 k
             })
         };
+        let mut inodes = std::collections::BTreeSet::new();
         for _ in 0..3000 {
-            let read: Vec<usize> = read_json(&p).unwrap().expect("the file is always there");
-            let k = read[0];
-            assert_eq!(read, serde_json::from_slice::<Vec<usize>>(&version(k)).unwrap(), "a whole version");
+            let bytes = read_rewritten(&p).unwrap().expect("the file is always there");
+            let read: Vec<usize> = serde_json::from_slice(&bytes).expect("a whole version");
+            assert_eq!(bytes, version(read[0]), "a whole version");
+            inodes.insert(fs::metadata(&p).unwrap().ino());
         }
         done.store(true, std::sync::atomic::Ordering::Relaxed);
-        assert!(writer.join().unwrap() > 1, "the writer wrote while the reader read");
+        let writes = writer.join().unwrap();
+        assert!(writes > 100, "the writer rewrote the file while it was read ({writes} writes)");
+        assert!(inodes.len() >= 2, "the reads saw the file exchanged");
     }
 }

@@ -41,7 +41,7 @@ pub fn status_path(org_out: &Path) -> PathBuf {
 /// know), what can be read of it field by field, and why the rest could not.
 pub fn read_status(org_out: &Path) -> (OrgStatus, Option<String>) {
     let path = status_path(org_out);
-    let bytes = match crate::out::read_whole(&path) {
+    let bytes = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (OrgStatus::default(), None),
         Err(e) => return (OrgStatus::default(), Some(format!("cannot read `{}`: {e}", path.display()))),
@@ -108,7 +108,7 @@ pub(super) fn write_status(org_out: &Path, report: &mut OrgReport) {
     }
     report.last_success_at = st.last_success_at;
     st.last_run = Some(report.clone());
-    if let Err(e) = crate::out::rewrite_json_atomic_with(&path, &st, true) {
+    if let Err(e) = crate::out::write_json_atomic(&path, &st) {
         tracing::warn!(organization = %report.name, error = %e, "cannot keep the organization's fleet status");
     }
 }

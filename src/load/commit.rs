@@ -116,7 +116,16 @@ pub(crate) fn write(
         Shape::Fleet => "fleet-load-before-commit",
     });
     tx.commit().map_err(|e| LoadError::db("commit the load", e))?;
-    tracing::debug!(members = batch.len(), keys_ms, tables_ms, history_ms, counts_ms, runs_ms, commit_ms = split.lap(), "transaction stages");
+    tracing::debug!(
+        members = batch.len(),
+        keys_ms,
+        tables_ms,
+        history_ms,
+        counts_ms,
+        runs_ms,
+        commit_ms = split.lap(),
+        "transaction stages"
+    );
     let transaction_ms = transaction_so_far + laps.lap();
     Ok(committed
         .into_iter()

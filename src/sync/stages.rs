@@ -322,7 +322,7 @@ impl StageLog {
 
     fn write(&self, stages: &Stages, sync: Sync) {
         let Some(path) = &self.path else { return };
-        if let Err(e) = crate::out::rewrite_json_atomic_with(path, stages, sync == Sync::Synced) {
+        if let Err(e) = crate::out::write_json_atomic_with(path, stages, sync == Sync::Synced) {
             tracing::warn!(error = %e, "the stage ledger cannot be written; the report may not know how this command ended");
             return;
         }
