@@ -656,6 +656,13 @@ mod tests {
         works
     }
 
+    /// A temporary directory, if its file system exchanges names ([`exchanges`]).
+    #[cfg(target_os = "linux")]
+    fn exchanging_dir() -> Option<tempfile::TempDir> {
+        let dir = tempfile::tempdir().unwrap();
+        exchanges(dir.path()).then_some(dir)
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn a_rewritten_file_is_exchanged_with_its_swap_and_allocates_no_inode() {
@@ -689,10 +696,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_swap_held_linked_elsewhere_or_not_a_file_is_left_alone_and_the_file_still_replaced() {
-        let dir = tempfile::tempdir().unwrap();
-        if !exchanges(dir.path()) {
-            return;
-        }
+        let Some(dir) = exchanging_dir() else { return };
         let p = dir.path().join("pacing.json");
         let swap = dir.path().join(".pacing.json.swap");
         rewrite_atomic_with(&p, b"one", false).unwrap();
@@ -742,10 +746,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_version_exchanged_out_before_its_reader_locked_it_is_not_read() {
-        let dir = tempfile::tempdir().unwrap();
-        if !exchanges(dir.path()) {
-            return;
-        }
+        let Some(dir) = exchanging_dir() else { return };
         let p = dir.path().join("pacing.json");
         rewrite_atomic_with(&p, b"{\"v\":1}", false).unwrap();
         rewrite_atomic_with(&p, b"{\"v\":2}", false).unwrap();
@@ -762,10 +763,7 @@ mod tests {
     #[test]
     fn a_reader_never_sees_a_rewrite_half_done() {
         use std::os::unix::fs::MetadataExt;
-        let dir = tempfile::tempdir().unwrap();
-        if !exchanges(dir.path()) {
-            return;
-        }
+        let Some(dir) = exchanging_dir() else { return };
         let p = dir.path().join("pacing.json");
         // Versions of different lengths: a torn read is a prefix, or one version's bytes over another's.
         let version = |k: usize| serde_json::to_vec(&vec![k; 20 + 700 * (k % 4)]).unwrap();
