@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::key::{fnv1a, ApiKey};
-use crate::out::{rewrite_atomic_with, OutError};
+use crate::out::{write_atomic_with, OutError};
 
 /// The pacer's memory of the latest requests, in wall-clock milliseconds since the Unix epoch:
 /// what a later process needs to keep the per-key rules across a restart (see
@@ -26,9 +26,9 @@ impl PacingMemory {
     /// Reads a memory file; a missing or unreadable one is no memory (one that cannot be parsed
     /// is logged).
     pub(crate) fn read(path: &Path) -> Option<Self> {
-        let bytes = crate::out::read_rewritten(path).ok()??;
-        match serde_json::from_slice(&bytes) {
-            Ok(m) => Some(m),
+        match crate::out::read_json(path) {
+            Ok(m) => m,
+            Err(crate::out::ReadJsonError::Io(_)) => None,
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable pacing state file");
                 None
@@ -36,15 +36,14 @@ impl PacingMemory {
         }
     }
 
-    /// Writes it atomically, through its swap ([`rewrite_atomic_with`]: no file is created or
-    /// freed per request), so a killed process leaves the old memory or the new one whole. It is
-    /// synced to disk first when it holds a cap window: without the sync, a power loss can leave
-    /// an empty file on some file systems, and the next process would start a whole cap window
-    /// afresh. Without a cap window it holds only when the last requests went out, which no
-    /// restart after a power loss comes soon enough to need, so it is not synced (a fleet writes
-    /// it before every request of every organization).
+    /// Writes it atomically: a temporary file renamed over the old one, so a killed process
+    /// leaves the old memory or the new one whole. It is synced to disk first when it holds a cap
+    /// window: without the sync, a power loss can leave an empty file on some file systems, and
+    /// the next process would start a whole cap window afresh. Without a cap window it holds only
+    /// when the last requests went out, which no restart after a power loss comes soon enough to
+    /// need, so it is not synced (a fleet writes it before every request of every organization).
     pub(crate) fn write(&self, path: &Path) -> Result<(), OutError> {
-        rewrite_atomic_with(path, &serde_json::to_vec(self).unwrap_or_default(), !self.window_ms.is_empty())
+        write_atomic_with(path, &serde_json::to_vec(self).unwrap_or_default(), !self.window_ms.is_empty())
     }
 }
 

@@ -75,8 +75,9 @@ pub fn plan(args: &ActionsArgs, global: &GlobalArgs) -> Result<u8, Error> {
 pub async fn apply(args: &ActionsArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let (client_config, (config, reviewed)) =
         validate_both(global.client_config(), args.guards.config(&args.file, global))?;
-    let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
+    // The lock first: the pacer's memory is read as the last command on this `--out` left it.
     let _lock = config.out.lock("actions")?;
+    let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let log = StageLog::begin(&config.out, "actions apply", &[Stage::Actions]);
     let report = crate::action::apply(&config, &reviewed, &client, crate::stop::stop_signal())
         .await

@@ -160,8 +160,9 @@ pub struct ExtractCommandArgs {
 pub async fn exec(args: &ExtractCommandArgs, global: &GlobalArgs) -> Result<u8, Error> {
     let (client_config, mut config) = validate_both(global.client_config(), args.extract.config(global))?;
     config.plan_only = args.plan_only;
-    let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
+    // The lock first: the pacer's memory is read as the last command on this `--out` left it.
     let _lock = config.out.lock("extract")?;
+    let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let extract_config = config.clone();
     let (config, snapshot) = blocking("warehouse", move || read_previous(&extract_config, None)).await?;
     let (client, stop) = stop_after_in_flight(client);

@@ -51,8 +51,9 @@ pub async fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<u8, Error> {
         validate_both(global.client_config(), validate_both(args.extract.config(global), args.options.config(global)))?;
     // The reviewed file is validated before anything is fetched.
     let actions = args.actions.as_deref().map(|file| args.guards.config(file, global)).transpose()?;
-    let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
+    // The lock first: the pacer's memory is read as the last command on this `--out` left it.
     let _lock = config.out.lock("run")?;
+    let client = Client::new(client_config.pacing_memory_in(&config.out.state_dir()))?;
     let (client, stop) = stop_after_in_flight(client);
     let out = config.out.clone();
     let job = SyncJob { extract: config, load: load_config, actions };
