@@ -18,14 +18,15 @@
 //! `--max-requests N` stops every organization after N requests (no load): the fleet's own
 //! overhead at scale, as for the 10,000-organization run.
 //!
-//! `--log FILE` keeps the fleet's log in FILE (`RUST_LOG` as given, else the fleet's and its
-//! batches' `debug` lines: where a batch's time goes) and prints the fleet process's CPU per
+//! `--log FILE` keeps the fleet's log in FILE (`RUST_LOG` as given, else the fleet's, its
+//! batches' and their transactions' `debug` lines: where a batch's time goes) and prints the fleet process's CPU per
 //! thread name (sampled every 0.5 s).
 //!
 //! `--pause-s N` waits N seconds before each run (default 0), so that the file system is quiet,
 //! as between a schedule's runs: on ext4 without a journal, allocating an inode skips every inode
-//! freed in the last minute (six, until written back), so a run right after another pays for
-//! the other's deletions, its temporary directory's removal included. 120 s is enough here.
+//! freed in the last minute (six minutes while not yet written back), so a run right after
+//! another pays for the other's deletions, its temporary directory's removal included. The sixth
+//! session's figures used 120 s.
 //!
 //! `FLEET_BENCH_ARGS`, when set, adds its words to `fleet run`'s flags (to compare settings:
 //! `FLEET_BENCH_ARGS="--batch-size 250"`).
@@ -208,9 +209,9 @@ fn main() {
         // must be one interval behind.
         std::thread::sleep(Duration::from_millis(interval));
         // `--pause-s N`: a quiet file system before each run, as between a schedule's runs. On
-        // ext4 without a journal, allocating an inode skips those freed in the last minute (six,
-        // until written back), so a run right after another (or after the last one's temporary
-        // directory was removed) pays for those deletions.
+        // ext4 without a journal, allocating an inode skips those freed in the last minute (six
+        // minutes while not yet written back), so a run right after another (or after the last
+        // one's temporary directory was removed) pays for those deletions.
         std::thread::sleep(Duration::from_secs(pause_s));
         let out = dir.path().join(if again { "out".to_owned() } else { format!("out-{rep}") });
         let wrap = std::env::var("FLEET_BENCH_WRAP").unwrap_or_default();
@@ -231,7 +232,8 @@ fn main() {
             .stderr(Stdio::null());
         if let Some(log) = &log {
             let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| {
-                "info,creator_etl::load::fleet_warehouse=debug,creator_etl::fleet::batch=debug".into()
+                "info,creator_etl::load::fleet_warehouse=debug,creator_etl::fleet::batch=debug,creator_etl::load::commit=debug"
+                    .into()
             });
             cmd.env("RUST_LOG", filter).stderr(std::fs::File::create(format!("{log}.{run}")).unwrap());
         }

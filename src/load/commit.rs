@@ -116,6 +116,8 @@ pub(crate) fn write(
         Shape::Fleet => "fleet-load-before-commit",
     });
     tx.commit().map_err(|e| LoadError::db("commit the load", e))?;
+    let commit_ms = split.lap();
+    let transaction_ms = transaction_so_far + laps.lap();
     tracing::debug!(
         members = batch.len(),
         keys_ms,
@@ -123,10 +125,9 @@ pub(crate) fn write(
         history_ms,
         counts_ms,
         runs_ms,
-        commit_ms = split.lap(),
-        "transaction stages"
+        commit_ms,
+        "transaction stages (ms; keys_ms: the SQL built and, in a fleet, the keys checked)"
     );
-    let transaction_ms = transaction_so_far + laps.lap();
     Ok(committed
         .into_iter()
         .map(|mut c| {
