@@ -326,7 +326,9 @@ pub fn applications_where(conn: &Connection, keep: &str) -> Result<Vec<Observati
         [],
         account,
     )?;
-    with_accounts(&mut apps, accounts);
+    for (app_id, account) in accounts {
+        add_account(&mut apps, app_id, account);
+    }
     Ok(apps)
 }
 
@@ -371,17 +373,11 @@ fn account(c: &Cells<'_, '_>) -> Result<(i64, ConnectedAccount), LoadError> {
     ))
 }
 
-/// Gives each application its accounts (`accounts` in the order they are listed).
-fn with_accounts(apps: &mut [Observation], accounts: Vec<(i64, ConnectedAccount)>) {
-    let mut by_app: std::collections::HashMap<i64, Vec<ConnectedAccount>> = Default::default();
-    for (app_id, account) in accounts {
-        by_app.entry(app_id).or_default().push(account);
-    }
-    for o in apps {
-        // An application with no row in `connected_accounts` listed no account.
-        if let Some(accounts) = by_app.remove(&o.app.id) {
-            o.app.connected_accounts = accounts;
-        }
+/// Gives the application `app_id` of `apps` (sorted by id) the account, after those it has; an
+/// application with no row in `connected_accounts` listed no account.
+fn add_account(apps: &mut [Observation], app_id: i64, account: ConnectedAccount) {
+    if let Ok(i) = apps.binary_search_by_key(&app_id, |o| o.app.id) {
+        apps[i].app.connected_accounts.push(account);
     }
 }
 
@@ -462,8 +458,7 @@ pub fn load_rows(
         &mut out,
         |rows, app| rows.apps.get_or_insert_with(Vec::new).push(app),
     )?;
-    // Each account to its application (sorted by id above); an application with no row in
-    // `connected_accounts` listed no account.
+    // Each account to its application (sorted by id above).
     read_keyed(
         conn,
         "connected_accounts",
@@ -473,12 +468,7 @@ pub fn load_rows(
         ),
         account,
         &mut out,
-        |rows, (app_id, account)| {
-            let apps = rows.apps.get_or_insert_with(Vec::new);
-            if let Ok(i) = apps.binary_search_by_key(&app_id, |o| o.app.id) {
-                apps[i].app.connected_accounts.push(account);
-            }
-        },
+        |rows, (app_id, account)| add_account(rows.apps.get_or_insert_with(Vec::new), app_id, account),
     )?;
     Ok(out)
 }
