@@ -103,7 +103,7 @@ pub struct FleetRunArgs {
     #[arg(long, default_value = "2s", value_name = "DURATION")]
     pub batch_wait: String,
     /// With `--warehouse fleet`: publish the readers' snapshot and the Parquet tree after a
-    /// batch when the last publish is this old, and always when the run ends
+    /// batch once the oldest load not yet published is this old, and always when the run ends
     #[arg(long, default_value = "30s", value_name = "DURATION")]
     pub publish_every: String,
     /// At most N transforms, loads and lake commits at once (they use CPU; extracts only wait);

@@ -9,8 +9,8 @@
 //! must be read alone is merged there); the rest of its merge, its transform and its staging
 //! run on a thread of their own, which touches no warehouse, while the writer commits the batch
 //! before it and answers preflights; at most one batch is being prepared. After a batch,
-//! the Parquet tree and the readers' snapshot are published if the last publish is at least
-//! `publish_every` old, and always when the run ends. One DuckDB start serves the whole run.
+//! the Parquet tree and the readers' snapshot are published if the oldest load not yet published
+//! is at least `publish_every` old, and always when the run ends. One DuckDB start serves the whole run.
 //!
 //! With a lake, the organizations a batch loaded are then committed to it together: their rows
 //! of each table staged from the fleet warehouse and committed as one Delta commit per table
@@ -39,8 +39,8 @@ pub struct BatchOptions {
     pub size: usize,
     /// …or this long after its first organization joined.
     pub wait: Duration,
-    /// The readers' snapshot and the Parquet tree are published after a batch when the last
-    /// publish is this old, and when the run ends.
+    /// The readers' snapshot and the Parquet tree are published after a batch when the oldest
+    /// load not yet published is this old, and when the run ends.
     pub publish_every: Duration,
     pub config: BatchConfig,
 }
@@ -299,7 +299,10 @@ fn serve(
     // The batch being prepared on a thread of its own: at most one, while the writer commits
     // the one before it and answers the organizations.
     let mut preparing: Option<Preparing> = None;
-    let mut published = Instant::now();
+    // When the oldest load not yet published was committed (or a publish of it failed): a
+    // publish is due `publish_every` after it, so loaded data waits at most that long (and a
+    // batch), and a run whose loads all fit in that time publishes once, at its end.
+    let mut unpublished_since: Option<Instant> = None;
     // The organizations whose previous state has not been asked yet, in the fleet's order:
     // their syncs start together, so a read gathers the next ones' rows with its own.
     let mut to_ask: std::collections::VecDeque<String> = names.into();
@@ -316,7 +319,7 @@ fn serve(
                 options.wait.saturating_sub(t.elapsed())
             }
         });
-        let publish_due = w.unpublished().then(|| options.publish_every.saturating_sub(published.elapsed()));
+        let publish_due = unpublished_since.map(|t| options.publish_every.saturating_sub(t.elapsed()));
         // While a batch is being prepared, look every few milliseconds whether it is ready.
         let prepared_due = preparing.as_ref().map(|_| PREPARED_POLL);
         let timeout =
@@ -403,9 +406,12 @@ fn serve(
             tracing::debug!(ms = started.elapsed().as_millis() as u64, "last publish");
             return published;
         }
-        if w.unpublished() && published.elapsed() >= options.publish_every {
+        if !w.unpublished() {
+            unpublished_since = None;
+        } else if unpublished_since.get_or_insert_with(Instant::now).elapsed() >= options.publish_every {
             publish(&mut w);
-            published = Instant::now();
+            // Published, or failed and tried again an interval later.
+            unpublished_since = w.unpublished().then(Instant::now);
         }
     }
 }
@@ -420,6 +426,18 @@ const PREPARED_POLL: Duration = Duration::from_millis(5);
 /// ([`crate::load::fleet_warehouse::prepare_batch`]).
 struct Preparing {
     work: Work,
+    batch: Batch,
+}
+
+/// A batch's preparation: on its thread, or done (`None`: its thread panicked).
+enum Work {
+    Thread(std::thread::JoinHandle<Option<PreparedBatch>>),
+    Done(Option<Box<PreparedBatch>>),
+}
+
+/// What the writer keeps of a batch while it is prepared: its members' answers and what their
+/// lake commit needs.
+struct Batch {
     orgs: Vec<String>,
     /// The batch's staging directory.
     staging: Option<std::path::PathBuf>,
@@ -429,10 +447,10 @@ struct Preparing {
     started: Instant,
 }
 
-/// A batch's preparation: on its thread, or done (`None`: its thread panicked).
-enum Work {
-    Thread(std::thread::JoinHandle<Option<PreparedBatch>>),
-    Done(Option<Box<PreparedBatch>>),
+/// A batch whose preparation has ended: prepared, or `None` when it panicked.
+struct Finished {
+    prepared: Option<Box<PreparedBatch>>,
+    batch: Batch,
 }
 
 impl Preparing {
@@ -445,14 +463,15 @@ impl Preparing {
 
     /// Waits for the preparation to end. A preparation that panicked leaves the batch's
     /// staging directory, which is removed here.
-    fn finished(mut self) -> Self {
-        if let Work::Thread(thread) = self.work {
-            self.work = Work::Done(thread.join().ok().flatten().map(Box::new));
-        }
-        if let (Work::Done(None), Some(dir)) = (&self.work, &self.staging) {
+    fn finished(self) -> Finished {
+        let prepared = match self.work {
+            Work::Thread(thread) => thread.join().ok().flatten().map(Box::new),
+            Work::Done(prepared) => prepared,
+        };
+        if let (None, Some(dir)) = (&prepared, &self.batch.staging) {
             let _ = std::fs::remove_dir_all(dir);
         }
-        self
+        Finished { prepared, batch: self.batch }
     }
 }
 
@@ -491,23 +510,15 @@ fn start_batch(w: &mut FleetWarehouse, batch: &mut Vec<(Member, LoadAnswers)>, o
             Work::Done(here(read))
         }
     };
-    let preparing = Preparing { work, orgs, staging, replies, lake, with_actions, started };
-    match preparing.work {
-        // Prepared here: its staging is cleaned up now if it panicked.
-        Work::Done(_) => preparing.finished(),
-        Work::Thread(_) => preparing,
-    }
+    // Prepared here or not, its staging is cleaned up by `finished` if the preparation panicked.
+    Preparing { work, batch: Batch { orgs, staging, replies, lake, with_actions, started } }
 }
 
 /// Commits a prepared batch, answers its members, and sends the loaded ones to the lake.
-fn commit_batch(w: &mut FleetWarehouse, runtime: &tokio::runtime::Handle, preparing: Preparing) {
-    let Preparing { work, orgs, replies, lake, with_actions, started, .. } = preparing.finished();
-    let prepared = match work {
-        Work::Done(prepared) => prepared.map(|p| *p),
-        Work::Thread(_) => None,
-    };
+fn commit_batch(w: &mut FleetWarehouse, runtime: &tokio::runtime::Handle, finished: Finished) {
+    let Finished { prepared, batch: Batch { orgs, replies, lake, with_actions, started, .. } } = finished;
     let outcomes = match prepared {
-        Some(prepared) => w.commit_batch(prepared),
+        Some(prepared) => w.commit_batch(*prepared),
         None => orgs
             .into_iter()
             .map(|org| (org, Err(LoadError::Bug("preparing the batch panicked: see the log".into()))))

@@ -1040,6 +1040,52 @@ fn a_fleet_warehouse_holds_every_organization_exactly() {
     assert_eq!(status, "accepted");
 }
 
+/// `--publish-every`: a batch's rows are published once its load is that old, while another
+/// organization still extracts; nothing is published again until something new is loaded (its
+/// load, published by the run's end).
+#[test]
+fn a_fleet_publishes_loaded_batches_while_others_extract() {
+    let emu = fleet_emulator(2, 60, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = fleet_file(dir.path(), &["fast", "slow"], "");
+    // The slow organization's client spaces its requests (7 or more of them) by 600 ms.
+    let text = std::fs::read_to_string(&file).unwrap().replace(
+        "name = \"slow\"\nkey_env = \"KEY_2\"\n",
+        "name = \"slow\"\nkey_env = \"KEY_2\"\nmin_interval_ms = 600\n",
+    );
+    std::fs::write(&file, text).unwrap();
+    let args = [
+        "run",
+        "--config",
+        file.to_str().unwrap(),
+        "--warehouse",
+        "fleet",
+        "--batch-size",
+        "1",
+        "--publish-every",
+        "300ms",
+    ];
+    let o = Bin::new(dir.path())
+        .emu(&emu)
+        .out(&dir.path().join("out"))
+        .args(["fleet"])
+        .args(args)
+        .envs(key_env(2))
+        .env("RUST_LOG", "creator_etl::fleet::batch=info")
+        .run();
+    assert_exit(&args, &o, 0);
+    let log = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> =
+        log.lines().filter(|l| l.contains("batch loaded") || l.contains("fleet warehouse published")).collect();
+    let kinds: Vec<&str> =
+        lines.iter().map(|l| if l.contains("batch loaded") { "loaded" } else { "published" }).collect();
+    assert_eq!(kinds, ["loaded", "published", "loaded"], "{}", show(&args, &o));
+    assert!(lines[0].contains("organizations=1"), "{}", lines[0]);
+    for (name, k) in [("fast", 1), ("slow", 2)] {
+        assert_eq!(fleet_ids(dir.path(), name), truth_ids(&emu, k), "{name}: published by the run's end");
+    }
+}
+
 /// Every exported table's Parquet tree holds, per organization, exactly the published
 /// warehouse's rows.
 fn assert_parquet_matches_warehouse(dir: &Path) {
