@@ -159,10 +159,10 @@ pub async fn run(
     // The actions' checks open the journal in the writer's warehouse, and so check the load's
     // too: a failure there is the actions stage's.
     log.enter(if actions.is_some() { Stage::Actions } else { Stage::Load });
-    let held = permit().await;
     let extract_config = config.clone();
     let snapshot = match shared {
         None => {
+            let _held = permit().await;
             blocking("preflight", move || -> Result<_, Error> {
                 let writer = match &checked_actions {
                     // The journal lives in the writer's warehouse: opening it checks both.
@@ -179,12 +179,15 @@ pub async fn run(
         Some(w) => {
             // The journal stays in the organization's own warehouse; its data is the fleet's.
             if let Some((config, reviewed)) = checked_actions {
+                let _held = permit().await;
                 blocking("preflight", move || crate::action::preflight(&config, &reviewed)).await?;
             }
+            // The writer's thread answers the organizations one at a time, reading the next
+            // ones' previous rows with each read: asked without a permit, so that a fleet's
+            // organizations all ask at once and start their extracts as soon as answered.
             w.previous(extract_config).await?
         }
     };
-    drop(held);
     let (config, snapshot) = snapshot;
     log.enter(Stage::Extract);
     let begun = crate::extract::begin(&config, client, stop.clone(), snapshot.as_ref()).await?;
