@@ -6,9 +6,11 @@
 //!    `organization`, stacked; a member whose frame has another schema gets a file of its own).
 //! 2. In one transaction, every frame table's rows are replaced: one organization's table is
 //!    rebuilt under a new name from its file and swapped in; a fleet's members' rows are deleted
-//!    and inserted from the batch's files, their keys checked first (the fleet warehouse declares
-//!    none on these tables: see [`super::catalog`]). Then the status history (SCD type 2) and a
-//!    `runs` row per member.
+//!    and inserted from the batch's files, whose keys the staging checked (the fleet warehouse
+//!    declares none on these tables: see [`super::catalog`]). Then the status history (SCD
+//!    type 2), its keys checked, and a `runs` row per member. The rows per table that the
+//!    report and the ledger give are the staged ones for the frame tables (the transaction
+//!    leaves exactly those), counted for the history.
 //!
 //! The transaction is `duckdb::Transaction`'s: any error, and a crash before the commit, leave
 //! every member's rows as they were.
@@ -49,6 +51,9 @@ pub(crate) struct Committed {
 /// The batch's staged files, per table, and how long the staging took.
 pub(crate) struct Staged {
     files: BTreeMap<&'static str, Vec<PathBuf>>,
+    /// Each member's rows per frame table, in the batch's order: what the transaction leaves of
+    /// the member in that table, since it replaces the member's rows with exactly these.
+    rows: Vec<warehouse::RowCounts>,
     ms: u64,
 }
 
@@ -72,11 +77,9 @@ pub(crate) fn write(
             staged.files.get(t.name).into_iter().flatten().map(|f| sql_literal(&f.display().to_string())).collect();
         let source = format!("read_parquet([{}], union_by_name = true, hive_partitioning = false)", files.join(", "));
         sql.push_str(&replace_rows(t, shape, &source, &list));
-        if shape == Shape::Fleet {
-            check_keys(conn, t, &source)?;
-        }
     }
-    let keys_ms = split.lap();
+    // (The staged rows' keys were checked by `stage`.)
+    let sql_ms = split.lap();
     let tx = conn.unchecked_transaction().map_err(|e| LoadError::db("begin the load's transaction", e))?;
     tx.execute_batch(&sql).map_err(|e| LoadError::db("load the run's tables", e))?;
     let tables_ms = split.lap();
@@ -86,7 +89,27 @@ pub(crate) fn write(
         check_keys(&tx, history, &format!("(SELECT * FROM {} WHERE organization IN ({list}))", history.name))?;
     }
     let history_ms = split.lap();
-    let mut rows = warehouse::row_counts(&tx, (shape == Shape::Fleet).then_some(orgs.as_slice()))?;
+    // The frame tables' rows are the staged ones; the other exported tables are counted.
+    let counted: Vec<&str> =
+        catalog::TABLES.iter().filter(|t| t.exported && t.role != catalog::Role::Frame).map(|t| t.name).collect();
+    let mut rows = warehouse::row_counts(&tx, (shape == Shape::Fleet).then_some(orgs.as_slice()), &counted)?;
+    if staged.rows.len() != batch.len() {
+        return Err(LoadError::Bug("the batch's staged rows were not counted for every member".into()));
+    }
+    for (r, frames) in batch.iter().zip(&staged.rows) {
+        rows.entry(r.org.clone()).or_default().extend(frames.iter().map(|(t, n)| (t.clone(), *n)));
+    }
+    // The tests' builds count the frame tables too, and check that the staged rows are theirs.
+    #[cfg(debug_assertions)]
+    {
+        let frames: Vec<&str> = catalog::frames().map(|t| t.name).collect();
+        for (org, counts) in warehouse::row_counts(&tx, (shape == Shape::Fleet).then_some(orgs.as_slice()), &frames)? {
+            for (table, n) in counts {
+                let staged = rows.get(&org).and_then(|r| r.get(&table));
+                assert_eq!(staged, Some(&n), "{org:?}'s rows of `{table}`: staged against counted");
+            }
+        }
+    }
     let counts_ms = split.lap();
     let transaction_so_far = laps.lap();
     let mut committed: Vec<Committed> = vec![];
@@ -120,13 +143,13 @@ pub(crate) fn write(
     let transaction_ms = transaction_so_far + laps.lap();
     tracing::debug!(
         members = batch.len(),
-        keys_ms,
+        sql_ms,
         tables_ms,
         history_ms,
         counts_ms,
         runs_ms,
         commit_ms,
-        "transaction stages (ms; keys_ms: the SQL built and, in a fleet, the keys checked)"
+        "transaction stages (ms; sql_ms: the statements built)"
     );
     Ok(committed
         .into_iter()
@@ -170,6 +193,30 @@ fn check_keys(conn: &Connection, t: &Table, source: &str) -> Result<(), LoadErro
     Ok(())
 }
 
+/// Checks that a staged frame of table `t` (with `organization`) repeats no key of the fleet
+/// warehouse's table, whose key is checked rather than declared: as [`check_keys`] does in
+/// SQL, on the preparing thread rather than in the writer's transaction.
+fn check_frame_keys(t: &Table, df: &polars::prelude::DataFrame) -> Result<(), LoadError> {
+    if t.fleet != Some(catalog::FleetKey::Checked) {
+        return Ok(());
+    }
+    let key = t.key_of(Shape::Fleet);
+    let distinct = df
+        .select(key.iter().copied())
+        .and_then(|k| k.unique_stable(None, polars::prelude::UniqueKeepStrategy::Any, None))
+        .map_err(|source| LoadError::Stage { table: t.name.to_owned(), source })?
+        .height();
+    let duplicates = df.height() - distinct;
+    if duplicates != 0 {
+        return Err(LoadError::DuplicateKeys {
+            table: t.name.to_owned(),
+            key: key.join(", "),
+            duplicates: duplicates as i64,
+        });
+    }
+    Ok(())
+}
+
 /// Stages the batch's frames under `dir` for one insert per table: each table's frames, with
 /// `organization` in a fleet warehouse, stacked into `dir/<table>.parquet`, and a file of its own
 /// (`dir/<table>/<org>.parquet`) for a member whose frame does not have the first member's
@@ -180,6 +227,7 @@ pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged
     let _ = std::fs::remove_dir_all(dir);
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut files: BTreeMap<&'static str, Vec<PathBuf>> = BTreeMap::new();
+        let mut rows: Vec<warehouse::RowCounts> = vec![warehouse::RowCounts::new(); batch.len()];
         let polars = |table: &'static str| {
             move |source: polars::prelude::PolarsError| LoadError::Stage { table: table.to_owned(), source }
         };
@@ -201,6 +249,7 @@ pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged
                     return Err(LoadError::Bug(format!("the batch has no `{table}` frame to stage")));
                 };
                 let mut df = frame.clone();
+                rows[i].insert(table.to_owned(), df.height() as u64);
                 if shape == Shape::Fleet {
                     let Some(org) = r.org.as_deref() else {
                         return Err(LoadError::Bug(
@@ -227,12 +276,19 @@ pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged
                 written.push((dir.join(format!("{table}.parquet")), b));
             }
             written.extend(own.into_iter().map(|(org, df)| (dir.join(table).join(format!("{org}.parquet")), df)));
+            if shape == Shape::Fleet {
+                // Each file holds whole organizations, and the key starts with `organization`:
+                // a key held twice is held twice within one file.
+                for (_, df) in &written {
+                    check_frame_keys(t, df)?;
+                }
+            }
             for (path, mut df) in written {
                 write_parquet(&path, &mut df)?;
                 files.entry(table).or_default().push(path);
             }
         }
-        Ok(Staged { files, ms: laps.lap() })
+        Ok(Staged { files, rows, ms: laps.lap() })
     }))
     .unwrap_or_else(|panic| Err(super::panicked("stage the batch's tables", panic)))
 }
@@ -419,6 +475,29 @@ mod tests {
         let declared: Vec<&str> = catalog::frames().map(|t| t.name).collect();
         assert_eq!(made, declared);
         assert!(catalog::TABLES.iter().filter(|t| t.role == catalog::Role::Frame).all(|t| t.exported));
+    }
+
+    /// A staged frame whose key repeats is refused before the transaction, as the SQL check does.
+    #[test]
+    fn a_staged_frames_key_held_twice_is_refused() {
+        use polars::prelude::{Column, DataFrame};
+        let t = catalog::table("applications").unwrap();
+        assert_eq!(t.key_of(Shape::Fleet), ["organization", "id"]);
+        let frame = |orgs: &[&str], ids: &[i64]| {
+            DataFrame::new_infer_height(vec![
+                Column::new("organization".into(), orgs.to_vec()),
+                Column::new("id".into(), ids.to_vec()),
+                Column::new("status".into(), vec!["approved"; ids.len()]),
+            ])
+            .unwrap()
+        };
+        check_frame_keys(t, &frame(&["a", "b", "a"], &[1, 1, 2])).expect("one row per key and organization");
+        match check_frame_keys(t, &frame(&["a", "b", "a", "a"], &[1, 1, 2, 1])) {
+            Err(LoadError::DuplicateKeys { table, key, duplicates }) => {
+                assert_eq!((table.as_str(), key.as_str(), duplicates), ("applications", "organization, id", 1));
+            }
+            other => panic!("a duplicated key was not refused: {other:?}"),
+        }
     }
 
     /// The fleet warehouse declares no key on its checked tables, so a row twice must be refused

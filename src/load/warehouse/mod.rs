@@ -368,16 +368,17 @@ pub fn sql_literal(text: &str) -> String {
 /// Rows per table, one table's row counts by name.
 pub type RowCounts = std::collections::BTreeMap<String, u64>;
 
-/// Rows per exported table, for the report and the ledger: of one organization's warehouse
+/// Rows per table of `tables`, for the report and the ledger: of one organization's warehouse
 /// (`orgs` `None`: keyed `None`), or of each of `orgs` in a fleet warehouse (keyed by
 /// organization; every table named for every one of them, with 0 where it has no rows).
 pub fn row_counts(
     conn: &Connection,
     orgs: Option<&[String]>,
+    tables: &[&str],
 ) -> Result<std::collections::BTreeMap<Option<String>, RowCounts>, LoadError> {
     use std::collections::BTreeMap;
     let mut out: BTreeMap<Option<String>, RowCounts> = BTreeMap::new();
-    for table in catalog::exported() {
+    for &table in tables {
         let failed = |e| LoadError::db(format!("count `{table}`"), e);
         let sql = match orgs {
             Some(orgs) => {
