@@ -302,7 +302,8 @@ fn serve(
     // When the oldest load not yet published was committed (or a publish of it failed): a
     // publish is due `publish_every` after it, so loaded data waits at most that long (and a
     // batch), and a run whose loads all fit in that time publishes once, at its end.
-    let mut unpublished_since: Option<Instant> = None;
+    // A warehouse left unpublished by a killed run counts from now.
+    let mut unpublished_since: Option<Instant> = w.unpublished().then(Instant::now);
     // The organizations whose previous state has not been asked yet, in the fleet's order:
     // their syncs start together, so a read gathers the next ones' rows with its own.
     let mut to_ask: std::collections::VecDeque<String> = names.into();
@@ -429,7 +430,8 @@ struct Preparing {
     batch: Batch,
 }
 
-/// A batch's preparation: on its thread, or done (`None`: its thread panicked).
+/// A batch's preparation: on its thread, or done (`None`: it panicked, on its thread or on the
+/// writer's, or its thread never got the batch).
 enum Work {
     Thread(std::thread::JoinHandle<Option<PreparedBatch>>),
     Done(Option<Box<PreparedBatch>>),

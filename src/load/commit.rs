@@ -220,7 +220,8 @@ fn check_frame_keys(t: &Table, df: &polars::prelude::DataFrame) -> Result<(), Lo
 /// Stages the batch's frames under `dir` for one insert per table: each table's frames, with
 /// `organization` in a fleet warehouse, stacked into `dir/<table>.parquet`, and a file of its own
 /// (`dir/<table>/<org>.parquet`) for a member whose frame does not have the first member's
-/// schema. The members keep their frames (Polars shares their buffers; a fleet's batch that fails
+/// schema. In a fleet warehouse, each file's keys are checked ([`check_frame_keys`]): a key
+/// held twice is [`LoadError::DuplicateKeys`]. The members keep their frames (Polars shares their buffers; a fleet's batch that fails
 /// is written again member by member), unless the caller drops them.
 pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged, LoadError> {
     let mut laps = Laps::start();

@@ -395,14 +395,18 @@ impl FleetWarehouse {
     /// one transaction (if it fails, each member alone). Returns each member's result, in the
     /// batch's order.
     pub fn commit_batch(&mut self, prepared: PreparedBatch) -> Vec<MemberResult> {
-        let PreparedBatch { order, mut results, ready, staged, staging } = prepared;
+        let PreparedBatch { order, mut results, ready, staged, alone, staging } = prepared;
         // Where a batch's time goes, summed over its members: the per-organization cost.
         let (read_state, transform) =
             ready.iter().fold((0, 0), |(a, b), (_, r)| (a + r.timings.read_state, b + r.timings.transform));
         let started = std::time::Instant::now();
         match staging {
             Ok(staging) => {
-                for (org, result) in self.commit(ready, &staging, staged) {
+                let committed = match alone {
+                    true => ready.into_iter().flat_map(|r| self.commit(vec![r], &staging, None)).collect(),
+                    false => self.commit(ready, &staging, staged),
+                };
+                for (org, result) in committed {
                     results.insert(org, result);
                 }
                 if let Err(e) = std::fs::remove_dir_all(&staging) {
@@ -753,6 +757,9 @@ pub struct PreparedBatch {
     /// The ready members' files, staged together (`None`: that failed, and the commit stages
     /// them again).
     staged: Option<Staged>,
+    /// A member's rows repeat a key: staging the batch together would fail again, so its
+    /// members are committed one by one (the one with the repeated key fails alone).
+    alone: bool,
     staging: Result<PathBuf, crate::out::OutError>,
 }
 
@@ -810,17 +817,31 @@ pub fn prepare_batch(read: BatchRead, config: &BatchConfig) -> PreparedBatch {
             }
         }
     }
-    let staged = match (&staging, ready.is_empty()) {
-        (Ok(dir), false) => {
-            let orgs: Vec<String> = ready.iter().map(|(org, _)| org.clone()).collect();
-            let members: Vec<&Ready> = ready.iter().map(|(_, r)| r).collect();
-            commit::stage(&members, Shape::Fleet, &staged_dir(dir, &orgs))
-                .map_err(|e| tracing::warn!(error = %crate::exit::with_causes(&e), "cannot stage the batch's frames; staging them again at the commit"))
-                .ok()
+    let (staged, alone) = stage_ready(&ready, &staging);
+    PreparedBatch { order, results, ready, staged, alone, staging }
+}
+
+/// Stages the ready members' frames together under the batch's directory: the files, or
+/// `None` when that failed (the commit stages them again), and whether the members must be
+/// committed one by one (a member's rows repeat a key: staging them together fails again).
+fn stage_ready(ready: &[(String, Ready)], staging: &Result<PathBuf, crate::out::OutError>) -> (Option<Staged>, bool) {
+    let Ok(dir) = staging else { return (None, false) };
+    if ready.is_empty() {
+        return (None, false);
+    }
+    let orgs: Vec<String> = ready.iter().map(|(org, _)| org.clone()).collect();
+    let members: Vec<&Ready> = ready.iter().map(|(_, r)| r).collect();
+    match commit::stage(&members, Shape::Fleet, &staged_dir(dir, &orgs)) {
+        Ok(staged) => (Some(staged), false),
+        Err(e @ LoadError::DuplicateKeys { .. }) => {
+            tracing::warn!(error = %crate::exit::with_causes(&e), "a member's rows repeat a key; committing the batch's members one by one");
+            (None, true)
         }
-        _ => None,
-    };
-    PreparedBatch { order, results, ready, staged, staging }
+        Err(e) => {
+            tracing::warn!(error = %crate::exit::with_causes(&e), "cannot stage the batch's frames; staging them again at the commit");
+            (None, false)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1041,19 +1041,21 @@ fn a_fleet_warehouse_holds_every_organization_exactly() {
 }
 
 /// `--publish-every`: a batch's rows are published once its load is that old, while another
-/// organization still extracts; nothing is published again until something new is loaded (its
-/// load, published by the run's end).
+/// organization still extracts; nothing is published again until something new is loaded, and
+/// the last load, a moment before the run ends, is published by the run's end alone.
 #[test]
 fn a_fleet_publishes_loaded_batches_while_others_extract() {
     let emu = fleet_emulator(2, 60, &[]);
     let dir = tempfile::tempdir().unwrap();
     let file = fleet_file(dir.path(), &["fast", "slow"], "");
-    // The slow organization's client spaces its requests (7 or more of them) by 600 ms.
-    let text = std::fs::read_to_string(&file).unwrap().replace(
+    // The slow organization's client spaces its requests (7 or more of them) by a second.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let slowed = text.replace(
         "name = \"slow\"\nkey_env = \"KEY_2\"\n",
-        "name = \"slow\"\nkey_env = \"KEY_2\"\nmin_interval_ms = 600\n",
+        "name = \"slow\"\nkey_env = \"KEY_2\"\nmin_interval_ms = 1000\n",
     );
-    std::fs::write(&file, text).unwrap();
+    assert_ne!(slowed, text, "the fleet file names `slow`");
+    std::fs::write(&file, slowed).unwrap();
     let args = [
         "run",
         "--config",
@@ -1063,7 +1065,7 @@ fn a_fleet_publishes_loaded_batches_while_others_extract() {
         "--batch-size",
         "1",
         "--publish-every",
-        "300ms",
+        "1s",
     ];
     let o = Bin::new(dir.path())
         .emu(&emu)
@@ -1079,8 +1081,10 @@ fn a_fleet_publishes_loaded_batches_while_others_extract() {
         log.lines().filter(|l| l.contains("batch loaded") || l.contains("fleet warehouse published")).collect();
     let kinds: Vec<&str> =
         lines.iter().map(|l| if l.contains("batch loaded") { "loaded" } else { "published" }).collect();
+    // The fast organization's batch, published a second later while the slow one extracts (6 s
+    // or more); the slow one's, published by the run's end within the second (that last
+    // publish logs at debug level, so it is not among these lines).
     assert_eq!(kinds, ["loaded", "published", "loaded"], "{}", show(&args, &o));
-    assert!(lines[0].contains("organizations=1"), "{}", lines[0]);
     for (name, k) in [("fast", 1), ("slow", 2)] {
         assert_eq!(fleet_ids(dir.path(), name), truth_ids(&emu, k), "{name}: published by the run's end");
     }

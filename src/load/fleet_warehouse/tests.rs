@@ -215,6 +215,46 @@ fn a_failing_member_fails_alone() {
     assert_eq!(count(conn, "SELECT count(*) FROM runs WHERE organization = 'bad'"), 1);
 }
 
+/// A member whose rows repeat a key (which the transform never makes: the frame is doubled
+/// here) fails alone, with the table named: the batch's staging finds it, and the members are
+/// committed one by one.
+#[test]
+fn a_member_whose_rows_repeat_a_key_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutDir::new(dir.path());
+    let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+    use ApplicationStatus::Pending;
+    let members = vec![
+        member("good", run("r1", &[(5, Pending)], 7, 2)),
+        member("twice", run("r1", &[(1, Pending)], 7, 0)),
+        member("also", run("r1", &[(6, Pending)], 7, 3)),
+    ];
+    let mut prepared = prepare_batch(w.read_batch(members), &config(false));
+    assert!(prepared.staged.is_some() && !prepared.alone, "staged together");
+    let (_, twice) = prepared.ready.iter_mut().find(|(org, _)| org == "twice").unwrap();
+    let frames = twice.frames.as_mut().unwrap();
+    let doubled = frames.applications.clone();
+    frames.applications.vstack_mut(&doubled).unwrap();
+    (prepared.staged, prepared.alone) = stage_ready(&prepared.ready, &prepared.staging);
+    assert!(prepared.staged.is_none() && prepared.alone, "the batch is committed one by one");
+    let outcomes: BTreeMap<String, Result<LoadReport, LoadError>> = w.commit_batch(prepared).into_iter().collect();
+    assert!(
+        outcomes["good"].is_ok() && outcomes["also"].is_ok(),
+        "{:?}",
+        outcomes.values().map(|o| o.is_ok()).collect::<Vec<_>>()
+    );
+    match &outcomes["twice"] {
+        Err(LoadError::DuplicateKeys { table, duplicates, .. }) => {
+            assert_eq!((table.as_str(), *duplicates), ("applications", 1))
+        }
+        other => panic!("a repeated key was not refused: {:?}", other.as_ref().err().map(|e| e.to_string())),
+    }
+    let conn = w.conn().unwrap();
+    assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization IN ('good', 'also')"), 2);
+    assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = 'twice'"), 0);
+    assert_eq!(count(conn, "SELECT count(*) FROM runs WHERE organization = 'twice'"), 0);
+}
+
 /// The publish writes one Parquet tree in segments (`organization` and `year` columns in the
 /// files) and the readers' snapshot; a later publish writes only the segments of the changed
 /// organizations and links the others; one organization's warehouse refuses to open a fleet's and
