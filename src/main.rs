@@ -28,6 +28,24 @@ fn init_tracing(global: &GlobalArgs) {
     }
 }
 
+/// The fewest worker threads of the async runtime, whatever the cores: a fleet's organizations
+/// write their small files (stage ledger, resume state, landing, status) with their fsyncs on
+/// the workers, and with one worker per core, each fsync held a core's share of the fleet.
+const MIN_WORKER_THREADS: usize = 8;
+
+/// The async runtime's worker threads: one per core, and at least [`MIN_WORKER_THREADS`],
+/// unless `TOKIO_WORKER_THREADS` says how many (a number above 0: anything else is refused
+/// here, where tokio would panic).
+fn worker_threads() -> Result<usize, String> {
+    match std::env::var_os("TOKIO_WORKER_THREADS") {
+        None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get()).max(MIN_WORKER_THREADS)),
+        Some(v) => match v.to_str().and_then(|v| v.trim().parse::<usize>().ok()) {
+            Some(n) if n > 0 => Ok(n),
+            _ => Err(format!("TOKIO_WORKER_THREADS must be a number above 0, not {v:?}")),
+        },
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -38,7 +56,14 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(&cli.global);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let workers = match worker_threads() {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().worker_threads(workers).build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -108,6 +108,17 @@ fn configuration_errors_exit_2_and_list_every_problem() {
         let out = run_bin(dir.path(), args, &[]);
         assert_exit(args, &out, 2);
     }
+    // The runtime's worker threads (the manual's fleets chapter, Threads): a count that is not
+    // above 0 is refused before anything runs, not a panic.
+    let args = ["check", "--base-url", "http://127.0.0.1:9/api/public/v1"];
+    for bad in ["0", "many", ""] {
+        let out = run_bin(dir.path(), &args, &[("TOKIO_WORKER_THREADS", bad)]);
+        assert_exit(&args, &out, 2);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("TOKIO_WORKER_THREADS must be a number above 0"),
+            "{bad:?}"
+        );
+    }
     let out = run_bin(dir.path(), &["--help"], &[]);
     assert_exit(&["--help"], &out, 0);
     assert!(String::from_utf8_lossy(&out.stdout).contains("Exit codes"));
