@@ -9,8 +9,9 @@
 //! must be read alone is merged there); the rest of its merge, its transform and its staging
 //! run on a thread of their own, which touches no warehouse, while the writer commits the batch
 //! before it and answers preflights; at most one batch is being prepared. After a batch,
-//! the Parquet tree and the readers' snapshot are published if the oldest load not yet published
-//! is at least `publish_every` old, and always when the run ends. One DuckDB start serves the whole run.
+//! the Parquet tree and the readers' snapshot are published if the oldest load not yet
+//! published is at least `publish_every` old, and always when the run ends. One DuckDB start
+//! serves the whole run.
 //!
 //! With a lake, the organizations a batch loaded are then committed to it together: their rows
 //! of each table staged from the fleet warehouse and committed as one Delta commit per table

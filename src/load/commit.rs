@@ -92,7 +92,8 @@ pub(crate) fn write(
     // The frame tables' rows are the staged ones; the other exported tables are counted.
     let counted: Vec<&str> =
         catalog::TABLES.iter().filter(|t| t.exported && t.role != catalog::Role::Frame).map(|t| t.name).collect();
-    let mut rows = warehouse::row_counts(&tx, (shape == Shape::Fleet).then_some(orgs.as_slice()), &counted)?;
+    let scope = (shape == Shape::Fleet).then_some(orgs.as_slice());
+    let mut rows = warehouse::row_counts(&tx, scope, &counted)?;
     if staged.rows.len() != batch.len() {
         return Err(LoadError::Bug("the batch's staged rows were not counted for every member".into()));
     }
@@ -103,7 +104,7 @@ pub(crate) fn write(
     #[cfg(debug_assertions)]
     {
         let frames: Vec<&str> = catalog::frames().map(|t| t.name).collect();
-        for (org, counts) in warehouse::row_counts(&tx, (shape == Shape::Fleet).then_some(orgs.as_slice()), &frames)? {
+        for (org, counts) in warehouse::row_counts(&tx, scope, &frames)? {
             for (table, n) in counts {
                 let staged = rows.get(&org).and_then(|r| r.get(&table));
                 assert_eq!(staged, Some(&n), "{org:?}'s rows of `{table}`: staged against counted");
@@ -221,8 +222,9 @@ fn check_frame_keys(t: &Table, df: &polars::prelude::DataFrame) -> Result<(), Lo
 /// `organization` in a fleet warehouse, stacked into `dir/<table>.parquet`, and a file of its own
 /// (`dir/<table>/<org>.parquet`) for a member whose frame does not have the first member's
 /// schema. In a fleet warehouse, each file's keys are checked ([`check_frame_keys`]): a key
-/// held twice is [`LoadError::DuplicateKeys`]. The members keep their frames (Polars shares their buffers; a fleet's batch that fails
-/// is written again member by member), unless the caller drops them.
+/// held twice is [`LoadError::DuplicateKeys`]. The members keep their frames (Polars shares
+/// their buffers; a fleet's batch that fails is written again member by member), unless the
+/// caller drops them.
 pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged, LoadError> {
     let mut laps = Laps::start();
     let _ = std::fs::remove_dir_all(dir);

@@ -403,7 +403,7 @@ impl FleetWarehouse {
         match staging {
             Ok(staging) => {
                 let committed = match alone {
-                    true => ready.into_iter().flat_map(|r| self.commit(vec![r], &staging, None)).collect(),
+                    true => self.commit_each(ready, &staging),
                     false => self.commit(ready, &staging, staged),
                 };
                 for (org, result) in committed {
@@ -481,9 +481,14 @@ impl FleetWarehouse {
             Err(e) if ready.len() == 1 => vec![(ready[0].0.clone(), Err(e))],
             Err(e) => {
                 tracing::warn!(error = %crate::exit::with_causes(&e), members = ready.len(), "a batch's load failed; loading its members one by one");
-                ready.into_iter().flat_map(|r| self.commit(vec![r], staging, None)).collect()
+                self.commit_each(ready, staging)
             }
         }
+    }
+
+    /// Commits each member alone (each staged again on its own): a failure is its own.
+    fn commit_each(&mut self, ready: Vec<(String, Ready)>, staging: &Path) -> Vec<MemberResult> {
+        ready.into_iter().flat_map(|r| self.commit(vec![r], staging, None)).collect()
     }
 
     fn commit_all(
