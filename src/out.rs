@@ -28,7 +28,9 @@
 //! ```
 //!
 //! The lock is an OS advisory lock (`flock`), so a killed run never leaves a stale lock behind.
-//! Every file a reader may open is written to a temporary name and renamed into place.
+//! Every file a reader may open is written to a temporary name and renamed into place, but for
+//! the pacer's memory without a cap window, which only the commands on `--out` read (under its
+//! lock) and which is rewritten in place (see `api::memory`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};

@@ -24,9 +24,20 @@ pub(crate) struct PacingMemory {
 
 impl PacingMemory {
     /// Reads a memory file; a missing or unreadable one is no memory (one that cannot be parsed
-    /// is logged).
+    /// is logged). A memory rewritten in place ([`PacingMemory::write`]) could be read in the
+    /// middle of a rewrite by a reader that holds no lock on `--out` (this crate's readers all
+    /// do): it is read until two reads agree, a few times at most.
     pub(crate) fn read(path: &Path) -> Option<Self> {
-        match crate::out::read_json(path) {
+        let mut read = crate::out::read_json(path);
+        for _ in 0..3 {
+            let again = crate::out::read_json(path);
+            let agree = matches!((&read, &again), (Ok(a), Ok(b)) if a == b);
+            read = again;
+            if agree {
+                break;
+            }
+        }
+        match read {
             Ok(m) => m,
             Err(crate::out::ReadJsonError::Io(_)) => None,
             Err(e) => {
@@ -36,15 +47,74 @@ impl PacingMemory {
         }
     }
 
-    /// Writes it atomically: a temporary file renamed over the old one, so a killed process
-    /// leaves the old memory or the new one whole. It is synced to disk first when it holds a cap
-    /// window: without the sync, a power loss can leave an empty file on some file systems, and
-    /// the next process would start a whole cap window afresh. Without a cap window it holds only
+    /// Writes it for the next process. With a cap window it is replaced whole (a temporary file
+    /// renamed over the old one) and synced to disk first: without the sync, a power loss can
+    /// leave an empty file on some file systems, and the next process would start a whole cap
+    /// window afresh. Without a cap window (`--hourly-cap 0`, or a window emptied) it holds only
     /// when the last requests went out, which no restart after a power loss comes soon enough to
-    /// need, so it is not synced (a fleet writes it before every request of every organization).
+    /// need, and it is rewritten in place when it can be ([`overwrite_in_place`]), else replaced
+    /// unsynced: a fleet without a cap writes it before every request of every organization, and
+    /// a rename over the old file frees an inode and makes ext4 start writing the new one back
+    /// at once, each time. Either way a killed process leaves the old memory or the new one
+    /// whole.
     pub(crate) fn write(&self, path: &Path) -> Result<(), OutError> {
-        write_atomic_with(path, &serde_json::to_vec(self).unwrap_or_default(), !self.window_ms.is_empty())
+        let bytes = self.padded();
+        if self.window_ms.is_empty() {
+            match overwrite_in_place(path, &bytes) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                // Replaced whole instead, which reports its own error if there is one.
+                Err(e) => {
+                    tracing::debug!(path = %path.display(), error = %e, "cannot rewrite the pacing state in place")
+                }
+            }
+        }
+        write_atomic_with(path, &bytes, !self.window_ms.is_empty())
     }
+
+    /// The memory as JSON, padded with spaces (which JSON allows after a value) to a multiple of
+    /// [`MEMORY_BLOCK`] bytes, so that the next memory without a cap window has the same length
+    /// and can be written over it in place.
+    fn padded(&self) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec(self).unwrap_or_default();
+        let len = bytes.len().div_ceil(MEMORY_BLOCK).max(1) * MEMORY_BLOCK;
+        bytes.resize(len, b' ');
+        bytes
+    }
+}
+
+/// The length a memory file is padded to a multiple of: a memory without a cap window (two
+/// times) fits in one, so its rewrites keep the file's length.
+const MEMORY_BLOCK: usize = 256;
+
+/// Writes `bytes` over the file at `path` in place, with one positioned write from its start,
+/// when it is a plain file with exactly that length and no other name (else `Ok(false)`, and
+/// nothing is written): no new file, no rename, no truncation. A symbolic link, or a file that a
+/// copy of `--out` shares through a hard link, is replaced instead, as before. One write of at
+/// most a page is never left half done by a killed process (a power loss can leave the file
+/// unreadable, which is read as no memory).
+fn overwrite_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    if bytes.len() > 4096 {
+        return Ok(false);
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    let file = match std::fs::OpenOptions::new().write(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() || meta.nlink() != 1 || meta.len() != bytes.len() as u64 {
+        return Ok(false);
+    }
+    file.write_all_at(bytes, 0)?;
+    Ok(true)
 }
 
 /// The memory file of a service and key in `dir`. The service is its base URL without a trailing
@@ -121,5 +191,45 @@ mod tests {
         // A file without the cap window is an empty window.
         std::fs::write(&path, b"{\"last_request_ms\":7,\"last_mark_ms\":null}").unwrap();
         assert_eq!(PacingMemory::read(&path).unwrap().window_ms, Vec::<i64>::new());
+    }
+
+    #[test]
+    fn a_memory_without_a_cap_window_is_rewritten_in_place_and_one_with_a_window_replaced() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pacing-1.json");
+        let inode = || std::fs::metadata(&path).unwrap().ino();
+        let times =
+            |last: i64| PacingMemory { last_request_ms: Some(last), last_mark_ms: Some(last - 1), window_ms: vec![] };
+        // A file of an older creator-etl (unpadded): replaced once, then rewritten in place.
+        std::fs::write(&path, b"{\"last_request_ms\":1}").unwrap();
+        times(1_764_000_000_000).write(&path).unwrap();
+        let first = inode();
+        for last in [1_764_000_002_000, 1_764_000_004_000, 9] {
+            times(last).write(&path).unwrap();
+            assert_eq!(inode(), first, "rewritten in place");
+            assert_eq!(PacingMemory::read(&path), Some(times(last)), "a shorter memory reads back whole");
+        }
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), MEMORY_BLOCK as u64);
+        // A cap window: replaced whole (and synced); a long one is longer than a block.
+        let window = PacingMemory { window_ms: (0..100).map(|i| 1_764_000_000_000 + i).collect(), ..times(5) };
+        window.write(&path).unwrap();
+        assert_ne!(inode(), first, "replaced");
+        assert_eq!(PacingMemory::read(&path), Some(window));
+        // Back to no window: the length differs, so replaced once more, then in place again.
+        times(6).write(&path).unwrap();
+        let again = inode();
+        times(7).write(&path).unwrap();
+        assert_eq!(inode(), again);
+        assert_eq!(PacingMemory::read(&path), Some(times(7)));
+        // A file another name shares (a copy of `--out` made with hard links) is left to it.
+        let copy = dir.path().join("copy.json");
+        std::fs::hard_link(&path, &copy).unwrap();
+        times(8).write(&path).unwrap();
+        assert_ne!(inode(), again, "replaced, not written through the shared file");
+        assert_eq!(PacingMemory::read(&copy), Some(times(7)));
+        std::fs::remove_file(&copy).unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["pacing-1.json"], "no temporary file is left");
     }
 }
