@@ -98,19 +98,21 @@ fn overwrite_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
     if bytes.len() > 4096 {
         return Ok(false);
     }
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_file() => {}
+    let named = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() => m,
         Ok(_) => return Ok(false),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e),
-    }
+    };
     let file = match std::fs::OpenOptions::new().write(true).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e),
     };
     let meta = file.metadata()?;
-    if !meta.is_file() || meta.nlink() != 1 || meta.len() != bytes.len() as u64 {
+    // The file opened is the one looked at (not a link put in its place in between).
+    let same = meta.dev() == named.dev() && meta.ino() == named.ino();
+    if !same || !meta.is_file() || meta.nlink() != 1 || meta.len() != bytes.len() as u64 {
         return Ok(false);
     }
     file.write_all_at(bytes, 0)?;
