@@ -247,67 +247,96 @@ fn rate(a: Expr, b: Expr) -> Expr {
         .otherwise(a.cast(DataType::Float64) / b.cast(DataType::Float64))
 }
 
+/// `wow_deltas` from `content` ([`content_frame`]: sorted by member, metric and date, one row
+/// per day), in the same order: each day against its comparison day, and the 7-day sums
+/// ([`week_sums`]).
 fn wow_frame(content: &DataFrame) -> PolarsResult<DataFrame> {
-    let cd = content.clone().lazy().with_column(col("date").cast(DataType::Int32).alias("day"));
-    let offsets = DataFrame::new_infer_height(vec![Column::new("k".into(), (0i32..14).collect::<Vec<_>>())])?;
-    // Each day paired with the 14 days ending on it: k = 0..6 is its week, 7..13 the week before.
-    let sums = cd
-        .clone()
-        .select([col(MEMBER), col("metric"), col("day")])
-        .cross_join(offsets.lazy(), None)
-        .with_column((col("day") - col("k")).alias("src_day"))
-        .join(
-            cd.clone().select([
-                col(MEMBER),
-                col("metric"),
-                col("day").alias("src_day"),
-                col("current").alias("src_current"),
-            ]),
-            [col(MEMBER), col("metric"), col("src_day")],
-            [col(MEMBER), col("metric"), col("src_day")],
-            JoinArgs::new(JoinType::Left),
-        )
-        .group_by([col(MEMBER), col("metric"), col("day")])
-        .agg([
-            col("src_current").filter(col("k").lt(lit(7))).sum().alias("cur_sum"),
-            col("src_current").filter(col("k").lt(lit(7))).count().alias("cur_n"),
-            col("src_current").filter(col("k").gt_eq(lit(7))).sum().alias("prev_sum"),
-            col("src_current").filter(col("k").gt_eq(lit(7))).count().alias("prev_n"),
-        ]);
-    let complete = |sum: &str, n: &str| {
-        when(col(n).eq(lit(7))).then(col(sum).cast(DataType::Int64)).otherwise(lit(NULL).cast(DataType::Int64))
-    };
-    cd.join(
-        sums,
-        [col(MEMBER), col("metric"), col("day")],
-        [col(MEMBER), col("metric"), col("day")],
-        JoinArgs::new(JoinType::Left),
-    )
-    .with_columns([
-        (col("current") - col("last")).alias("delta"),
-        rate(col("current") - col("last"), col("last")).alias("pct_change"),
-        complete("cur_sum", "cur_n").alias("current_7d"),
-        complete("prev_sum", "prev_n").alias("last_7d"),
-    ])
-    .with_columns([
-        (col("current_7d") - col("last_7d")).alias("delta_7d"),
-        rate(col("current_7d") - col("last_7d"), col("last_7d")).alias("pct_change_7d"),
-    ])
-    .select([
-        col(MEMBER),
-        col("metric"),
-        col("date"),
-        col("current"),
-        col("last"),
-        col("delta"),
-        col("pct_change"),
-        col("current_7d"),
-        col("last_7d"),
-        col("delta_7d"),
-        col("pct_change_7d"),
-    ])
-    .sort([MEMBER, "metric", "date"], SortMultipleOptions::default())
-    .collect()
+    let (current_7d, last_7d) = week_sums(content)?;
+    let mut df = content.clone();
+    df.with_column(Column::new("current_7d".into(), current_7d))?;
+    df.with_column(Column::new("last_7d".into(), last_7d))?;
+    df.lazy()
+        .with_columns([
+            (col("current") - col("last")).alias("delta"),
+            rate(col("current") - col("last"), col("last")).alias("pct_change"),
+            (col("current_7d") - col("last_7d")).alias("delta_7d"),
+            rate(col("current_7d") - col("last_7d"), col("last_7d")).alias("pct_change_7d"),
+        ])
+        .select([
+            col(MEMBER),
+            col("metric"),
+            col("date"),
+            col("current"),
+            col("last"),
+            col("delta"),
+            col("pct_change"),
+            col("current_7d"),
+            col("last_7d"),
+            col("delta_7d"),
+            col("pct_change_7d"),
+        ])
+        .collect()
+}
+
+/// For each row of `content` (sorted by member, metric and date, one row per day), the sums of
+/// `current` over its week (`date − 6 … date`) and over the week before (`date − 13 … date − 7`),
+/// each `None` unless all seven of its days are loaded. One pass over each member's and
+/// metric's days with a sliding window: a batch's transform used to pair every row with the 14
+/// days before it (a cross join, a join and a group-by over 14 times the rows), its largest
+/// cost (BENCHMARKS.md, "The 7-day sums in one pass"). Sums wrap as Polars' do; [`check_sums`]
+/// keeps every sum of a load within 64 bits.
+fn week_sums(content: &DataFrame) -> PolarsResult<(Vec<Option<i64>>, Vec<Option<i64>>)> {
+    let missing = |name: &str| PolarsError::ComputeError(format!("`content_daily` has a NULL `{name}`").into());
+    let members: Vec<Option<u32>> = content.column(MEMBER)?.u32()?.iter().collect();
+    let metrics: Vec<Option<&str>> = content.column("metric")?.str()?.iter().collect();
+    let days = content.column("date")?.cast(&DataType::Int32)?;
+    let days: Vec<i64> =
+        days.i32()?.iter().map(|d| d.map(i64::from).ok_or_else(|| missing("date"))).collect::<PolarsResult<_>>()?;
+    let current: Vec<i64> = content
+        .column("current")?
+        .i64()?
+        .iter()
+        .map(|v| v.ok_or_else(|| missing("current")))
+        .collect::<PolarsResult<_>>()?;
+    let n = days.len();
+    let (mut week, mut before) = (vec![None; n], vec![None; n]);
+    // `sums[i]`: the sum of `current` over the rows before row `i` of the group.
+    let mut sums: Vec<i64> = Vec::new();
+    let mut start = 0;
+    while start < n {
+        let mut end = start + 1;
+        while end < n && members[end] == members[start] && metrics[end] == metrics[start] {
+            end += 1;
+        }
+        sums.clear();
+        sums.push(0);
+        for v in &current[start..end] {
+            sums.push(sums[sums.len() - 1].wrapping_add(*v));
+        }
+        let sum = |from: usize, to: usize| sums[to - start].wrapping_sub(sums[from - start]);
+        // The rows of the week are `lo..=i`; of the week before, `from..to`.
+        let (mut lo, mut from, mut to) = (start, start, start);
+        for i in start..end {
+            let day = days[i];
+            while days[lo] < day - 6 {
+                lo += 1;
+            }
+            while days[from] < day - 13 {
+                from += 1;
+            }
+            while to < end && days[to] <= day - 7 {
+                to += 1;
+            }
+            if i + 1 - lo == 7 {
+                week[i] = Some(sum(lo, i + 1));
+            }
+            if to - from == 7 {
+                before[i] = Some(sum(from, to));
+            }
+        }
+        start = end;
+    }
+    Ok((week, before))
 }
 
 fn weekly_frame(content: &DataFrame) -> PolarsResult<DataFrame> {
@@ -427,11 +456,24 @@ pub fn run(apps: &[Observation], content: &[ContentRow], cohort_edges: &[i64]) -
 pub fn run_batch(batch: &[Input], cohort_edges: &[i64]) -> Result<Vec<Frames>, TransformError> {
     let buckets = buckets(cohort_edges)?;
     let n = batch.len();
+    // Each frame's time, for the debug log.
+    let mut at = std::time::Instant::now();
+    let mut lap = || {
+        let ms = at.elapsed().as_millis() as u64;
+        at = std::time::Instant::now();
+        ms
+    };
     let (applications, connected_accounts) = applications_frame(batch).map_err(ctx("applications"))?;
+    let applications_ms = lap();
     let content_daily = content_frame(batch).map_err(ctx("content_daily"))?;
+    let content_ms = lap();
     let wow_deltas = wow_frame(&content_daily).map_err(ctx("wow_deltas"))?;
+    let wow_ms = lap();
     let weekly_totals = weekly_frame(&content_daily).map_err(ctx("weekly_totals"))?;
+    let weekly_ms = lap();
     let post_count_cohorts = cohorts_frame(batch, &buckets).map_err(ctx("post_count_cohorts"))?;
+    let cohorts_ms = lap();
+    tracing::debug!(members = n, applications_ms, content_ms, wow_ms, weekly_ms, cohorts_ms, "transform stages (ms)");
     let split_all = |df: &DataFrame, table: &'static str| split(df, n).map_err(ctx(table)).map(Vec::into_iter);
     let mut applications = split_all(&applications, "applications")?;
     let mut connected_accounts = split_all(&connected_accounts, "connected_accounts")?;

@@ -280,3 +280,113 @@ fn a_batch_gives_each_member_the_frames_it_would_get_alone() {
     assert_eq!(together[0].applications.schema(), together[1].applications.schema());
     assert!(together[2].content_daily.height() > 0 && together[0].wow_deltas.height() == 20);
 }
+
+/// `wow_deltas` as the transform built it before its 7-day sums slid over the days: every row
+/// paired with the 14 days before it, joined and grouped. The reference the one-pass sums are
+/// checked against.
+fn wow_frame_by_join(content: &DataFrame) -> PolarsResult<DataFrame> {
+    let cd = content.clone().lazy().with_column(col("date").cast(DataType::Int32).alias("day"));
+    let offsets = DataFrame::new_infer_height(vec![Column::new("k".into(), (0i32..14).collect::<Vec<_>>())])?;
+    // Each day paired with the 14 days ending on it: k = 0..6 is its week, 7..13 the week before.
+    let sums = cd
+        .clone()
+        .select([col(MEMBER), col("metric"), col("day")])
+        .cross_join(offsets.lazy(), None)
+        .with_column((col("day") - col("k")).alias("src_day"))
+        .join(
+            cd.clone().select([
+                col(MEMBER),
+                col("metric"),
+                col("day").alias("src_day"),
+                col("current").alias("src_current"),
+            ]),
+            [col(MEMBER), col("metric"), col("src_day")],
+            [col(MEMBER), col("metric"), col("src_day")],
+            JoinArgs::new(JoinType::Left),
+        )
+        .group_by([col(MEMBER), col("metric"), col("day")])
+        .agg([
+            col("src_current").filter(col("k").lt(lit(7))).sum().alias("cur_sum"),
+            col("src_current").filter(col("k").lt(lit(7))).count().alias("cur_n"),
+            col("src_current").filter(col("k").gt_eq(lit(7))).sum().alias("prev_sum"),
+            col("src_current").filter(col("k").gt_eq(lit(7))).count().alias("prev_n"),
+        ]);
+    let complete = |sum: &str, n: &str| {
+        when(col(n).eq(lit(7))).then(col(sum).cast(DataType::Int64)).otherwise(lit(NULL).cast(DataType::Int64))
+    };
+    cd.join(
+        sums,
+        [col(MEMBER), col("metric"), col("day")],
+        [col(MEMBER), col("metric"), col("day")],
+        JoinArgs::new(JoinType::Left),
+    )
+    .with_columns([
+        (col("current") - col("last")).alias("delta"),
+        rate(col("current") - col("last"), col("last")).alias("pct_change"),
+        complete("cur_sum", "cur_n").alias("current_7d"),
+        complete("prev_sum", "prev_n").alias("last_7d"),
+    ])
+    .with_columns([
+        (col("current_7d") - col("last_7d")).alias("delta_7d"),
+        rate(col("current_7d") - col("last_7d"), col("last_7d")).alias("pct_change_7d"),
+    ])
+    .select([
+        col(MEMBER),
+        col("metric"),
+        col("date"),
+        col("current"),
+        col("last"),
+        col("delta"),
+        col("pct_change"),
+        col("current_7d"),
+        col("last_7d"),
+        col("delta_7d"),
+        col("pct_change_7d"),
+    ])
+    .sort([MEMBER, "metric", "date"], SortMultipleOptions::default())
+    .collect()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// The one-pass 7-day sums give the frame the join gave, for members with days missing
+    /// anywhere, both metrics, and negative values.
+    #[test]
+    fn the_seven_day_sums_in_one_pass_are_the_joins(
+        members in proptest::collection::vec(
+            proptest::collection::vec((proptest::bool::ANY, 0i64..40, -5i64..1000, -5i64..1000), 0..40),
+            1..4,
+        )
+    ) {
+        let contents: Vec<Vec<ContentRow>> = members
+            .iter()
+            .map(|days| {
+                let mut rows = vec![];
+                for (metric, day, current, last) in days {
+                    let date = d("2026-01-01") + Duration::days(*day);
+                    let metric = if *metric { Metric::Views } else { Metric::Likes };
+                    rows.push(ContentRow {
+                        metric,
+                        date,
+                        last_date: date - Duration::days(7),
+                        current: *current,
+                        last: *last,
+                        total: 0,
+                        last_total: 0,
+                    });
+                }
+                // One row per metric and day, as a load's merged content has.
+                rows.sort_by_key(|r| (r.metric, r.date));
+                rows.dedup_by_key(|r| (r.metric, r.date));
+                rows
+            })
+            .collect();
+        let inputs: Vec<Input> = contents.iter().map(|c| Input { apps: &[], content: c }).collect();
+        let content = content_frame(&inputs).unwrap();
+        let got = wow_frame(&content).unwrap();
+        let want = wow_frame_by_join(&content).unwrap();
+        proptest::prop_assert_eq!(got.schema(), want.schema());
+        proptest::prop_assert!(got.equals_missing(&want), "one pass\n{}\njoin\n{}", got, want);
+    }
+}
