@@ -3,18 +3,20 @@
 //! - `applications` and `connected_accounts`: one row per application (as last observed) and per
 //!   listed account.
 //! - `content_daily`: one row per (metric, date).
-//! - `wow_deltas`: the API's week-over-week comparison per day, plus 7-day sums that are NULL
-//!   unless all 14 days they need are loaded.
+//! - `wow_deltas`: the API's week-over-week comparison per day, plus the 7-day sums of the day's
+//!   week and of the week before, each NULL unless all seven of its days are loaded.
 //! - `weekly_totals`: ISO weeks (Monday start) with the previous week's total.
 //! - `post_count_cohorts`: applications by applied month, post-count bucket and status.
 //!
 //! A batch of organizations is transformed at once ([`run_batch`]): every frame is built over all
-//! the members' rows with a member key, grouped and joined within each member, and split by member
-//! at the end, so a fleet's batch costs one plan per table, not one per organization. One
-//! organization's transform ([`run`]) is a batch of one.
+//! the members' rows with a member key, grouped and joined within each member (the 7-day sums in
+//! one pass over each member's sorted days, [`week_sums`]), and split by member at the end, so a
+//! fleet's batch costs one plan per table, not one per organization. One organization's
+//! transform ([`run`]) is a batch of one.
 //!
-//! Dates are handled as day numbers (days since 1970-01-01) inside the lazy plans and cast to
-//! DATE at the end: exact integer arithmetic, no time zones involved. Timestamps are UTC.
+//! Dates are handled as day numbers (days since 1970-01-01) inside the plans and the 7-day sums,
+//! and cast to DATE at the end: exact integer arithmetic, no time zones involved. Timestamps are
+//! UTC.
 
 use chrono::{Datelike, NaiveDate};
 use polars::prelude::*;
@@ -278,13 +280,13 @@ fn wow_frame(content: &DataFrame) -> PolarsResult<DataFrame> {
         .collect()
 }
 
-/// For each row of `content` (sorted by member, metric and date, one row per day), the sums of
-/// `current` over its week (`date − 6 … date`) and over the week before (`date − 13 … date − 7`),
-/// each `None` unless all seven of its days are loaded. One pass over each member's and
-/// metric's days with a sliding window: a batch's transform used to pair every row with the 14
-/// days before it (a cross join, a join and a group-by over 14 times the rows), its largest
-/// cost (BENCHMARKS.md, "The 7-day sums in one pass"). Sums wrap as Polars' do; [`check_sums`]
-/// keeps every sum of a load within 64 bits.
+/// For each row of `content` (sorted by member, metric and date, one row per day: anything else is
+/// an error, never a wrong sum), the sums of `current` over its week (`date − 6 … date`) and over
+/// the week before (`date − 13 … date − 7`), each `None` unless all seven of its days are loaded.
+/// One pass over each member's and metric's days with a sliding window: a batch's transform used to
+/// pair every row with the 14 days before it (a cross join, a join and a group-by over 14 times the
+/// rows), its largest cost (BENCHMARKS.md, "The 7-day sums in one pass, and one DuckDB thread for
+/// the batches"). Sums wrap as Polars' do; [`check_sums`] keeps every sum of a load within 64 bits.
 fn week_sums(content: &DataFrame) -> PolarsResult<(Vec<Option<i64>>, Vec<Option<i64>>)> {
     let missing = |name: &str| PolarsError::ComputeError(format!("`content_daily` has a NULL `{name}`").into());
     let members: Vec<Option<u32>> = content.column(MEMBER)?.u32()?.iter().collect();
@@ -307,6 +309,12 @@ fn week_sums(content: &DataFrame) -> PolarsResult<(Vec<Option<i64>>, Vec<Option<
         let mut end = start + 1;
         while end < n && members[end] == members[start] && metrics[end] == metrics[start] {
             end += 1;
+        }
+        // The window counts rows: each day must come once, after the one before.
+        if let Some(i) = (start + 1..end).find(|&i| days[i] <= days[i - 1]) {
+            return Err(PolarsError::ComputeError(
+                format!("`content_daily` is not one row per metric and day in date order at row {i}").into(),
+            ));
         }
         sums.clear();
         sums.push(0);

@@ -348,37 +348,43 @@ fn wow_frame_by_join(content: &DataFrame) -> PolarsResult<DataFrame> {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(96))]
 
-    /// The one-pass 7-day sums give the frame the join gave, for members with days missing
-    /// anywhere, both metrics, and negative values.
+    /// The one-pass 7-day sums give the frame the join gave: members whose metrics each have a
+    /// run of days with some missing (most present, so that most weeks are complete), starting
+    /// before or after 1970, with values of either sign.
     #[test]
     fn the_seven_day_sums_in_one_pass_are_the_joins(
         members in proptest::collection::vec(
-            proptest::collection::vec((proptest::bool::ANY, 0i64..40, -5i64..1000, -5i64..1000), 0..40),
+            (
+                -400i64..400,
+                proptest::collection::vec((proptest::bool::weighted(0.9), -1_000_000_000_000i64..1_000_000_000_000), 0..45),
+                proptest::collection::vec((proptest::bool::weighted(0.9), -1_000_000_000_000i64..1_000_000_000_000), 0..45),
+            ),
             1..4,
         )
     ) {
         let contents: Vec<Vec<ContentRow>> = members
             .iter()
-            .map(|days| {
+            .map(|(start, views, likes)| {
                 let mut rows = vec![];
-                for (metric, day, current, last) in days {
-                    let date = d("2026-01-01") + Duration::days(*day);
-                    let metric = if *metric { Metric::Views } else { Metric::Likes };
-                    rows.push(ContentRow {
-                        metric,
-                        date,
-                        last_date: date - Duration::days(7),
-                        current: *current,
-                        last: *last,
-                        total: 0,
-                        last_total: 0,
-                    });
+                for (metric, days) in [(Metric::Views, views), (Metric::Likes, likes)] {
+                    for (i, (present, value)) in days.iter().enumerate() {
+                        if !present {
+                            continue;
+                        }
+                        let date = EPOCH + Duration::days(start + i as i64);
+                        rows.push(ContentRow {
+                            metric,
+                            date,
+                            last_date: date - Duration::days(7),
+                            current: *value,
+                            last: value / 3,
+                            total: 0,
+                            last_total: 0,
+                        });
+                    }
                 }
-                // One row per metric and day, as a load's merged content has.
-                rows.sort_by_key(|r| (r.metric, r.date));
-                rows.dedup_by_key(|r| (r.metric, r.date));
                 rows
             })
             .collect();
@@ -389,4 +395,30 @@ proptest::proptest! {
         proptest::prop_assert_eq!(got.schema(), want.schema());
         proptest::prop_assert!(got.equals_missing(&want), "one pass\n{}\njoin\n{}", got, want);
     }
+}
+
+/// The generator above makes complete weeks: most cases have 7-day sums of both weeks.
+#[test]
+fn the_seven_day_sums_reference_sees_complete_weeks() {
+    let content = views("1969-12-20", &(1..=30).collect::<Vec<_>>(), &(0..30).collect::<Vec<_>>());
+    let frame = content_frame(&[Input { apps: &[], content: &content }]).unwrap();
+    let (got, want) = (wow_frame(&frame).unwrap(), wow_frame_by_join(&frame).unwrap());
+    assert!(got.equals_missing(&want));
+    assert_eq!(got.column("last_7d").unwrap().null_count(), 13, "days 14 to 30 have both weeks");
+}
+
+/// Content that is not one row per metric and day in date order is refused, never summed wrong.
+#[test]
+fn the_seven_day_sums_refuse_a_day_twice() {
+    let mut content = views("2026-03-01", &[1, 2, 3, 4, 5, 6, 7, 8], &[0; 8]);
+    content[4].date = content[3].date;
+    let frame = DataFrame::new_infer_height(vec![
+        Column::new(MEMBER.into(), vec![0u32; content.len()]),
+        Column::new("metric".into(), vec!["views"; content.len()]),
+        date_col("date", content.iter().map(|r| day_number(r.date)).collect()).unwrap(),
+        Column::new("current".into(), content.iter().map(|r| r.current).collect::<Vec<_>>()),
+    ])
+    .unwrap();
+    let e = week_sums(&frame).unwrap_err().to_string();
+    assert!(e.contains("one row per metric and day"), "{e}");
 }
