@@ -39,6 +39,9 @@ use super::{LoadError, LoadReport};
 use crate::extract::{ExtractReport, Extracted};
 use crate::out::OutDir;
 
+/// DuckDB's threads while the fleet warehouse loads batches ([`FleetWarehouse::read_batch`]).
+const BATCH_THREADS: usize = 1;
+
 /// One member's result of a batch: its name, and its load's report or error.
 pub type MemberResult = (String, Result<LoadReport, LoadError>);
 
@@ -335,6 +338,18 @@ impl FleetWarehouse {
     /// fails alone). A member with no loaded run has no rows in any table (a run's rows and its
     /// `runs` row commit together): nothing to read. Also makes the batch's staging directory.
     pub fn read_batch(&mut self, members: Vec<Member>) -> BatchRead {
+        // One DuckDB thread for the batches' statements, until the publish: they are small and
+        // run while the preparing thread's Polars and the organizations' tasks want the cores
+        // too, and with DuckDB's own worker thread the writer spent CPU handing it tasks (the
+        // scheduler's locks were about 5 % of a fleet's samples; BENCHMARKS.md, "The 7-day sums
+        // in one pass, and one DuckDB thread for the batches"). The previous states read before
+        // the first batch, and the publish's export and checkpoint, keep one thread per core.
+        if let Err(e) = self.conn().and_then(|c| {
+            c.execute_batch(&format!("SET threads = {BATCH_THREADS};"))
+                .map_err(|e| LoadError::db("configure the fleet warehouse", e))
+        }) {
+            tracing::debug!(error = %crate::exit::with_causes(&e), "cannot set the batch's DuckDB threads");
+        }
         let order: Vec<String> = members.iter().map(|m| m.org.clone()).collect();
         let with_state: Vec<String> = order.iter().filter(|org| self.loaded.contains(*org)).cloned().collect();
         let apps_of: Vec<String> = members
@@ -685,6 +700,11 @@ impl FleetWarehouse {
         // from the current version. Nothing changed (a snapshot behind, alone): no export.
         let dirty = std::mem::take(&mut self.dirty);
         let started = std::time::Instant::now();
+        // The export and the checkpoint get DuckDB's default threads (one per core) back from
+        // the batches' one ([`FleetWarehouse::read_batch`]); a connection opened now has them.
+        if let Some(Err(e)) = self.conn.as_ref().map(|c| c.execute_batch("RESET threads;")) {
+            tracing::debug!(error = %e, "cannot reset the fleet warehouse's DuckDB threads");
+        }
         if !dirty.is_empty() {
             let mut segments = std::mem::take(&mut self.segments);
             let exported = self.conn().and_then(|conn| {
