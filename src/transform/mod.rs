@@ -284,12 +284,13 @@ fn wow_frame(content: &DataFrame) -> PolarsResult<DataFrame> {
 type WeekSums = (Vec<Option<i64>>, Vec<Option<i64>>);
 
 /// For each row of `content` (sorted by member, metric and date, one row per day: a day twice or
-/// out of order within a member's metric is an error, not a wrong sum), the sums of `current` over its week (`date − 6 … date`) and over
-/// the week before (`date − 13 … date − 7`), each `None` unless all seven of its days are loaded.
-/// One pass over each member's and metric's days with a sliding window: a batch's transform used to
-/// pair every row with the 14 days before it (a cross join, a join and a group-by over 14 times the
-/// rows), its largest cost (BENCHMARKS.md, "The 7-day sums in one pass, and one DuckDB thread for
-/// the batches"). Sums wrap as Polars' do; [`check_sums`] keeps every sum of a load within 64 bits.
+/// out of order within a member's metric is an error, not a wrong sum), the sums of `current` over
+/// its week (`date − 6 … date`) and over the week before (`date − 13 … date − 7`), each `None`
+/// unless all seven of its days are loaded. One pass over each member's and metric's days with a
+/// sliding window: a batch's transform used to pair every row with the 14 days before it (a cross
+/// join, a join and a group-by over 14 times the rows), its largest cost (BENCHMARKS.md, "The 7-day
+/// sums in one pass, and one DuckDB thread for the batches"). Sums wrap as Polars' do;
+/// [`check_sums`] keeps every sum of a load within 64 bits.
 fn week_sums(content: &DataFrame) -> PolarsResult<WeekSums> {
     let missing = |name: &str| PolarsError::ComputeError(format!("`content_daily` has a NULL `{name}`").into());
     let members: Vec<Option<u32>> = content.column(MEMBER)?.u32()?.iter().collect();
