@@ -4,18 +4,21 @@
 //!
 //! 1. The batch's frames are staged as Parquet: one file per table (a fleet's with each member's
 //!    `organization`, stacked; a member whose frame has another schema gets a file of its own).
+//!    In a fleet warehouse, a member's frame whose fingerprint ([`super::fingerprint`]) is the
+//!    one its last load recorded is not staged: its rows are in the warehouse already.
 //! 2. In one transaction, every frame table's rows are replaced: one organization's table is
 //!    rebuilt under a new name from its file and swapped in; a fleet's members' rows are deleted
 //!    and inserted from the batch's files, whose keys the staging checked (the fleet warehouse
-//!    declares none on these tables: see [`super::catalog`]). Then the status history (SCD
-//!    type 2), its keys checked, and a `runs` row per member. The rows per table that the
+//!    declares none on these tables: see [`super::catalog`]), for the members whose rows
+//!    changed, and the members' fingerprints recorded (`frame_fingerprints`). Then the status
+//!    history (SCD type 2), its keys checked, and a `runs` row per member. The rows per table that the
 //!    report and the ledger give are the staged ones for the frame tables (the transaction
 //!    leaves exactly those), counted for the history.
 //!
 //! The transaction is `duckdb::Transaction`'s: any error, and a crash before the commit, leave
 //! every member's rows as they were.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use duckdb::Connection;
@@ -38,6 +41,10 @@ pub(crate) struct Ready {
     pub report: Option<ExtractReport>,
     /// `read_state` and `transform`, the member's own.
     pub timings: LoadTimings,
+    /// In a fleet warehouse, its frame tables' fingerprints as its last load wrote them
+    /// (`frame_fingerprints`, by table): a table whose frame has the same is not written again.
+    /// `None`: not known (every table is written).
+    pub loaded_fingerprints: Option<BTreeMap<String, String>>,
 }
 
 /// What the commit made of a member: its quality (with the status changes it recorded), its
@@ -46,16 +53,31 @@ pub(crate) struct Committed {
     pub quality: QualityReport,
     pub rows: BTreeMap<String, u64>,
     pub timings: LoadTimings,
+    /// The exported tables whose rows of the member the transaction changed (in one
+    /// organization's warehouse, every one).
+    pub changed: BTreeSet<&'static str>,
 }
 
 /// The batch's staged files, per table, and how long the staging took.
 pub(crate) struct Staged {
     files: BTreeMap<&'static str, Vec<PathBuf>>,
     /// Each member's rows per frame table, in the batch's order: what the transaction leaves of
-    /// the member in that table, since it replaces the member's rows with exactly these.
+    /// the member in that table (it replaces the member's rows with exactly these, or keeps
+    /// them when they are these already).
     rows: Vec<warehouse::RowCounts>,
+    /// Per frame table, the members (their places in the batch) whose rows the transaction
+    /// replaces: the others' rows are their frames already ([`Ready::loaded_fingerprints`]).
+    replaced: BTreeMap<&'static str, Vec<usize>>,
+    /// Each member's frames' fingerprints, by table (a fleet warehouse's; none for a table
+    /// written every time, [`ALWAYS_WRITTEN`]).
+    fingerprints: Vec<BTreeMap<&'static str, String>>,
     ms: u64,
 }
+
+/// The frame table written at every load, whatever its fingerprint: the status history's step
+/// ([`record_history`]) updates its rows after they are written (`first_seen_at`), so they need
+/// not be its frame's.
+const ALWAYS_WRITTEN: &str = "applications";
 
 /// Writes the batch, staged by [`stage`], into the warehouse of `shape` through `conn` in one
 /// transaction. Returns each member's outcome, in the batch's order; a failure is the whole
@@ -73,19 +95,31 @@ pub(crate) fn write(
     let list = sql_list(&orgs);
     let mut sql = String::new();
     for t in catalog::frames() {
+        let replaced = staged.replaced.get(t.name).map_or(&[][..], Vec::as_slice);
+        if replaced.is_empty() {
+            continue;
+        }
         let files: Vec<String> =
             staged.files.get(t.name).into_iter().flatten().map(|f| sql_literal(&f.display().to_string())).collect();
+        if files.is_empty() {
+            return Err(LoadError::Bug(format!("the batch's `{}` rows to replace were not staged", t.name)));
+        }
         let source = format!("read_parquet([{}], union_by_name = true, hive_partitioning = false)", files.join(", "));
-        sql.push_str(&replace_rows(t, shape, &source, &list));
+        let replaced: Vec<String> = replaced.iter().filter_map(|&i| batch.get(i).and_then(|r| r.org.clone())).collect();
+        sql.push_str(&replace_rows(t, shape, &source, &sql_list(&replaced)));
+    }
+    if shape == Shape::Fleet {
+        sql.push_str(&record_fingerprints(&orgs, &staged.fingerprints));
     }
     // (The staged rows' keys were checked by `stage`.)
     let sql_ms = split.lap();
     let tx = conn.unchecked_transaction().map_err(|e| LoadError::db("begin the load's transaction", e))?;
     tx.execute_batch(&sql).map_err(|e| LoadError::db("load the run's tables", e))?;
     let tables_ms = split.lap();
-    let changes = record_history(&tx, shape, &orgs)?;
+    let (changes, history_changed) = record_history(&tx, shape, &orgs)?;
+    let history =
+        catalog::TABLES.into_iter().find(|t| t.role == catalog::Role::History).expect("the catalog has the history");
     if shape == Shape::Fleet {
-        let history = catalog::table("application_status_history").expect("the catalog has the history");
         check_keys(&tx, history, &format!("(SELECT * FROM {} WHERE organization IN ({list}))", history.name))?;
     }
     let history_ms = split.lap();
@@ -114,12 +148,17 @@ pub(crate) fn write(
     let counts_ms = split.lap();
     let transaction_so_far = laps.lap();
     let mut committed: Vec<Committed> = vec![];
-    for r in batch {
+    for (i, r) in batch.iter().enumerate() {
         let mut quality = r.quality.clone();
         quality.set_status_changes(changes.get(&r.org).copied().unwrap_or(0));
         let timings = LoadTimings { stage: staged.ms, transaction: transaction_so_far, ..r.timings.clone() };
         let rows = rows.remove(&r.org).ok_or_else(|| LoadError::Bug("a member's rows were not counted".into()))?;
-        committed.push(Committed { quality, rows, timings });
+        let mut changed: BTreeSet<&'static str> =
+            staged.replaced.iter().filter(|(_, members)| members.contains(&i)).map(|(t, _)| *t).collect();
+        if shape == Shape::One || history_changed.contains(&r.org) {
+            changed.insert(history.name);
+        }
+        committed.push(Committed { quality, rows, timings, changed });
     }
     let runs: Vec<RunRow> = batch
         .iter()
@@ -222,7 +261,10 @@ fn check_frame_keys(t: &Table, df: &polars::prelude::DataFrame) -> Result<(), Lo
 /// `organization` in a fleet warehouse, stacked into `dir/<table>.parquet`, and a file of its own
 /// (`dir/<table>/<org>.parquet`) for a member whose frame does not have the first member's
 /// schema. In a fleet warehouse, each file's keys are checked ([`check_frame_keys`]): a key
-/// held twice is [`LoadError::DuplicateKeys`]. The members keep their frames (Polars shares
+/// held twice is [`LoadError::DuplicateKeys`]. In a fleet warehouse, each member's frames are
+/// fingerprinted ([`super::fingerprint`]), and a frame whose fingerprint is the one its last
+/// load recorded ([`Ready::loaded_fingerprints`]) is not staged: its rows are in the warehouse
+/// already, and the transaction keeps them. The members keep their frames (Polars shares
 /// their buffers; a fleet's batch that fails is written again member by member), unless the
 /// caller drops them.
 pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged, LoadError> {
@@ -231,8 +273,11 @@ pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut files: BTreeMap<&'static str, Vec<PathBuf>> = BTreeMap::new();
         let mut rows: Vec<warehouse::RowCounts> = vec![warehouse::RowCounts::new(); batch.len()];
-        // Where the staging's time goes, for the debug log: stacking, key checks, writing.
-        let (mut split, mut stack_ms, mut check_ms, mut write_ms) = (Laps::start(), 0, 0, 0);
+        let mut replaced: BTreeMap<&'static str, Vec<usize>> = BTreeMap::new();
+        let mut fingerprints: Vec<BTreeMap<&'static str, String>> = vec![BTreeMap::new(); batch.len()];
+        // Where the staging's time goes, for the debug log: fingerprints, stacking, key checks,
+        // writing.
+        let (mut split, mut fingerprint_us, mut stack_ms, mut check_ms, mut write_ms) = (Laps::start(), 0, 0, 0, 0);
         let polars = |table: &'static str| {
             move |source: polars::prelude::PolarsError| LoadError::Stage { table: table.to_owned(), source }
         };
@@ -253,8 +298,22 @@ pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged
                 let Some(frame) = frame else {
                     return Err(LoadError::Bug(format!("the batch has no `{table}` frame to stage")));
                 };
+                rows[i].insert(table.to_owned(), frame.height() as u64);
+                if shape == Shape::Fleet && table != ALWAYS_WRITTEN {
+                    let started = std::time::Instant::now();
+                    let fingerprint = super::fingerprint::fingerprint(frame);
+                    fingerprint_us += started.elapsed().as_micros() as u64;
+                    if let Some(fingerprint) = fingerprint {
+                        let loaded = r.loaded_fingerprints.as_ref().and_then(|l| l.get(table));
+                        let unchanged = loaded == Some(&fingerprint);
+                        fingerprints[i].insert(table, fingerprint);
+                        if unchanged {
+                            continue;
+                        }
+                    }
+                }
+                replaced.entry(table).or_default().push(i);
                 let mut df = frame.clone();
-                rows[i].insert(table.to_owned(), df.height() as u64);
                 if shape == Shape::Fleet {
                     let Some(org) = r.org.as_deref() else {
                         return Err(LoadError::Bug(
@@ -296,8 +355,19 @@ pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged
             }
             write_ms += split.lap();
         }
-        tracing::debug!(members = batch.len(), stack_ms, check_ms, write_ms, "staging stages (ms)");
-        Ok(Staged { files, rows, ms: laps.lap() })
+        let fingerprint_ms = fingerprint_us / 1000;
+        let stack_ms = stack_ms.saturating_sub(fingerprint_ms);
+        let kept: usize = batch.len() * catalog::frames().count() - replaced.values().map(Vec::len).sum::<usize>();
+        tracing::debug!(
+            members = batch.len(),
+            kept,
+            fingerprint_ms,
+            stack_ms,
+            check_ms,
+            write_ms,
+            "staging stages (ms; kept: members' tables whose rows are loaded already)"
+        );
+        Ok(Staged { files, rows, replaced, fingerprints, ms: laps.lap() })
     }))
     .unwrap_or_else(|panic| Err(super::panicked("stage the batch's tables", panic)))
 }
@@ -321,12 +391,12 @@ pub(crate) fn write_parquet(path: &Path, df: &mut polars::prelude::DataFrame) ->
 /// status changed and open a new one; first sightings open a row; and carry the first sighting
 /// into `applications.first_seen_at`. In a fleet warehouse, only the organizations `orgs`, each
 /// application's history its organization's. Returns the changes per organization (`None` for
-/// one organization's warehouse).
+/// one organization's warehouse), and the organizations whose history rows it closed or opened.
 fn record_history(
     conn: &Connection,
     shape: Shape,
     orgs: &[String],
-) -> Result<BTreeMap<Option<String>, u64>, LoadError> {
+) -> Result<(StatusChanges, BTreeSet<Option<String>>), LoadError> {
     let (key, first_key, scope, org_column, group, only) = match shape {
         Shape::Fleet => {
             let list = sql_list(orgs);
@@ -342,6 +412,7 @@ fn record_history(
         Shape::One => ("", "", String::new(), "", "", String::new()),
     };
     let returning = if shape == Shape::Fleet { "h.organization" } else { "CAST(NULL AS VARCHAR)" };
+    let opened = if shape == Shape::Fleet { "organization" } else { "CAST(NULL AS VARCHAR)" };
     let close = format!(
         "UPDATE application_status_history AS h SET valid_to = a.last_seen_at FROM applications AS a \
          WHERE {scope}{key}h.id = a.id AND h.valid_to IS NULL AND h.status <> a.status AND a.last_seen_at > h.valid_from \
@@ -350,7 +421,8 @@ fn record_history(
     let open = format!(
         "INSERT INTO application_status_history \
          SELECT {org_column}a.id, a.status, a.last_seen_at, NULL FROM applications AS a \
-         WHERE {scope}NOT EXISTS (SELECT 1 FROM application_status_history AS h WHERE {key}h.id = a.id AND h.valid_to IS NULL)"
+         WHERE {scope}NOT EXISTS (SELECT 1 FROM application_status_history AS h WHERE {key}h.id = a.id AND h.valid_to IS NULL) \
+         RETURNING {opened}"
     );
     let first = format!(
         "UPDATE applications AS a SET first_seen_at = f.first FROM \
@@ -363,10 +435,42 @@ fn record_history(
     for org in stmt.query_map([], |r| r.get::<_, Option<String>>(0)).map_err(failed)? {
         *changed.entry(org.map_err(failed)?).or_insert(0) += 1;
     }
-    conn.execute_batch(&format!("{open};\n{first};"))
-        .map_err(|e| LoadError::db("open statuses in `application_status_history`", e))?;
-    Ok(changed)
+    drop(stmt);
+    let mut touched: BTreeSet<Option<String>> = changed.keys().cloned().collect();
+    let failed = |e| LoadError::db("open statuses in `application_status_history`", e);
+    let mut stmt = conn.prepare(&open).map_err(failed)?;
+    for org in stmt.query_map([], |r| r.get::<_, Option<String>>(0)).map_err(failed)? {
+        touched.insert(org.map_err(failed)?);
+    }
+    drop(stmt);
+    conn.execute_batch(&first).map_err(|e| LoadError::db("carry first sightings into `applications`", e))?;
+    Ok((changed, touched))
 }
+
+/// The statements that record the batch's members' (`orgs`, in the batch's order) frames'
+/// fingerprints in `frame_fingerprints`, each member's replacing its own.
+fn record_fingerprints(orgs: &[String], fingerprints: &[BTreeMap<&'static str, String>]) -> String {
+    let table = catalog::FINGERPRINTS;
+    let mut sql = format!("DELETE FROM {table} WHERE organization IN ({});\n", sql_list(orgs));
+    let rows: Vec<String> = orgs
+        .iter()
+        .zip(fingerprints)
+        .flat_map(|(org, fps)| {
+            fps.iter().map(move |(t, fp)| format!("({}, {}, {})", sql_literal(org), sql_literal(t), sql_literal(fp)))
+        })
+        .collect();
+    if !rows.is_empty() {
+        sql.push_str(&format!(
+            "INSERT INTO {table} (organization, table_name, fingerprint) VALUES {};\n",
+            rows.join(", ")
+        ));
+    }
+    sql
+}
+
+/// The status changes [`record_history`] recorded, per organization (`None`: one
+/// organization's warehouse).
+type StatusChanges = BTreeMap<Option<String>, u64>;
 
 /// One run's row of the `runs` ledger, for [`record_runs`].
 pub(crate) struct RunRow<'a> {

@@ -16,13 +16,16 @@
 //!   one-organization load does and transforms the whole batch at once ([`super::prepare`]), then
 //!   commits them all through the load's one commit
 //!   ([`super::commit`]): per table, the members' rows deleted and the batch's inserted, their
-//!   keys checked first; then the status history (SCD2) and one `runs` row per member. A member
+//!   keys checked first, for the members whose rows of it changed (by their fingerprints,
+//!   `frame_fingerprints`); then the status history (SCD2) and one `runs` row per member. A member
 //!   that fails its preparation (a data-quality failure under `--strict`, an unreadable row)
 //!   fails alone; a transaction that fails is retried member by member, so one member's error
 //!   never costs the others their load. A crash before the commit leaves every member as it
 //!   was: each resumes and converges on the next run.
 //! - **Publishing.** [`FleetWarehouse::publish`] exports the Parquet tree and publishes the
 //!   snapshot, for all the batches loaded since the last publish; the caller decides how often.
+//!   Only the tables whose rows changed are exported, each for the organizations whose rows of
+//!   it changed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -32,7 +35,7 @@ use duckdb::Connection;
 
 use super::catalog::{self, Shape};
 use super::commit::{self, Ready, Staged};
-use super::parquet::{export_tables, mark_exported, Export, Segments};
+use super::parquet::{export_tables, mark_exported, Dirty, Export, Segments};
 use super::prepare::{merge, transform_batch, Merged};
 use super::warehouse::{self, sql_list, sql_literal};
 use super::{LoadError, LoadReport};
@@ -80,9 +83,9 @@ pub struct FleetWarehouse {
     grace: Duration,
     /// Loads since the last publish (or an export a crash interrupted).
     unpublished: bool,
-    /// The organizations whose rows changed since the Parquet tree's last export: the next
-    /// export writes only the segments that hold them.
-    dirty: BTreeSet<String>,
+    /// The organizations whose rows changed since the Parquet tree's last export, per table:
+    /// the next export writes only the segments that hold them.
+    dirty: Dirty,
     /// The organizations with a loaded run.
     loaded: BTreeSet<String>,
     /// The organizations of each segment of the Parquet tree's current version, per table (read
@@ -103,7 +106,7 @@ impl FleetWarehouse {
             group: BTreeSet::new(),
             grace,
             unpublished: false,
-            dirty: BTreeSet::new(),
+            dirty: Dirty::new(),
             loaded: BTreeSet::new(),
             segments: Segments::new(),
             previous: BTreeMap::new(),
@@ -129,9 +132,16 @@ impl FleetWarehouse {
             stmt.query_map([], |r| r.get(0)).map_err(read)?.collect::<Result<_, _>>().map_err(read)?;
         drop(stmt);
         w.unpublished = !unexported.is_empty() || behind;
-        w.dirty = unexported;
+        w.mark_dirty(&unexported);
         w.loaded = w.organizations()?;
         Ok(w)
+    }
+
+    /// Marks every exported table of the organizations `orgs` as changed since the last export.
+    fn mark_dirty<'a>(&mut self, orgs: impl IntoIterator<Item = &'a String> + Clone) {
+        for table in catalog::exported() {
+            self.dirty.entry(table).or_default().extend(orgs.clone().into_iter().cloned());
+        }
     }
 
     /// The open connection, reopened after a publish closed it.
@@ -524,7 +534,11 @@ impl FleetWarehouse {
         let conn = self.conn()?;
         let committed = commit::write(conn, Shape::Fleet, &ready, &staged)?;
         self.unpublished = true;
-        self.dirty.extend(orgs.iter().cloned());
+        for (c, org) in committed.iter().zip(&orgs) {
+            for table in &c.changed {
+                self.dirty.entry(table).or_default().insert(org.clone());
+            }
+        }
         self.loaded.extend(orgs);
         let (published, parquet_dir) = (self.out.warehouse(), self.out.parquet_dir());
         Ok(committed
@@ -661,6 +675,11 @@ impl FleetWarehouse {
                      INSERT INTO {t} BY NAME SELECT {org_literal} AS organization, * FROM own_warehouse.{t};\n"
                 ));
             }
+            if catalog::frames().any(|t| copied.contains(&t.name)) {
+                // Its frame tables' rows are no longer what its last load's fingerprints say: its
+                // next load writes every table.
+                sql.push_str(&format!("DELETE FROM {} WHERE organization = {org_literal};\n", catalog::FINGERPRINTS));
+            }
             if copied.contains(&"runs") {
                 // Its rows are not in the fleet's Parquet tree yet (a crash before the publish
                 // leaves this for the next one).
@@ -679,7 +698,7 @@ impl FleetWarehouse {
         detached.map_err(|e| LoadError::db("close the organization's own warehouse", e))?;
         if copied {
             self.unpublished = true;
-            self.dirty.insert(org.to_owned());
+            self.mark_dirty(&[org.to_owned()]);
         }
         Ok(copied)
     }
@@ -699,13 +718,15 @@ impl FleetWarehouse {
         // Only the organizations whose rows changed are written; the others' files are linked
         // from the current version. Nothing changed (a snapshot behind, alone): no export.
         let dirty = std::mem::take(&mut self.dirty);
+        let changed: BTreeSet<&String> = dirty.values().flatten().collect();
+        let changed = changed.len();
         let started = std::time::Instant::now();
         // The export and the checkpoint get DuckDB's default threads (one per core) back from
         // the batches' one ([`FleetWarehouse::read_batch`]); a connection opened now has them.
         if let Some(Err(e)) = self.conn.as_ref().map(|c| c.execute_batch("RESET threads;")) {
             tracing::debug!(error = %e, "cannot reset the fleet warehouse's DuckDB threads");
         }
-        if !dirty.is_empty() {
+        if changed > 0 {
             let mut segments = std::mem::take(&mut self.segments);
             let exported = self.conn().and_then(|conn| {
                 let label = format!("fleet-{}", crate::out::new_run_id());
@@ -714,7 +735,9 @@ impl FleetWarehouse {
             });
             self.segments = segments;
             if let Err(e) = exported {
-                self.dirty.extend(dirty);
+                for (table, orgs) in dirty {
+                    self.dirty.entry(table).or_default().extend(orgs);
+                }
                 return Err(e);
             }
         }
@@ -725,7 +748,8 @@ impl FleetWarehouse {
         warehouse::publish(conn, &out)?;
         self.unpublished = false;
         tracing::debug!(
-            organizations = dirty.len(),
+            organizations = changed,
+            tables = dirty.values().filter(|orgs| !orgs.is_empty()).count(),
             export_ms = exported_ms,
             snapshot_ms = started.elapsed().as_millis() as u64 - exported_ms,
             "publish stages"
@@ -794,10 +818,14 @@ pub struct PreparedBatch {
 /// frames staged as Parquet files under the batch's directory.
 pub fn prepare_batch(read: BatchRead, config: &BatchConfig) -> PreparedBatch {
     let BatchRead { order, mut results, mut merged, to_merge, share, staging } = read;
+    // What each member's last load wrote of its frames (those read alone have none: every
+    // table of theirs is written).
+    let mut loaded_fingerprints: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
     for (Member { org, extracted, report, .. }, rows) in to_merge {
         let laps = super::prepare::Laps::start();
         let result = match rows {
             Some(mut rows) => {
+                loaded_fingerprints.insert(org.clone(), rows.take_fingerprints());
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| merge(Some(&mut rows), extracted, laps)))
                     .unwrap_or_else(|panic| {
                         Err(super::panicked(&format!("merge organization `{org}`'s run with its rows"), panic))
@@ -833,6 +861,7 @@ pub fn prepare_batch(read: BatchRead, config: &BatchConfig) -> PreparedBatch {
                 quality: p.quality,
                 report,
                 timings: p.timings,
+                loaded_fingerprints: loaded_fingerprints.remove(&org),
             })
         });
         match prepared {

@@ -28,6 +28,7 @@
 
 pub mod catalog;
 pub(crate) mod commit;
+pub(crate) mod fingerprint;
 pub mod fleet_warehouse;
 pub mod lake;
 pub mod parquet;
@@ -247,6 +248,7 @@ pub fn load_extracted(
         quality: prepared.quality,
         report: extract_report.cloned(),
         timings: prepared.timings,
+        loaded_fingerprints: None,
     }];
     let staging = crate::out::unique_dir(&config.out.staging_dir(), "load-")?;
     let staged = commit::stage(&[&batch[0]], catalog::Shape::One, &staging)?;
@@ -256,7 +258,7 @@ pub fn load_extracted(
     let _ = std::fs::remove_dir_all(&staging);
     // `.staging` itself, when no other command's leftovers are in it.
     let _ = std::fs::remove_dir(config.out.staging_dir());
-    let commit::Committed { quality, rows, mut timings } = written?.pop().expect("a batch of one");
+    let commit::Committed { quality, rows, mut timings, .. } = written?.pop().expect("a batch of one");
     let mut laps = prepare::Laps::start();
     parquet::export_parquet(&conn, &config.out, &run_id, config.parquet_grace)?;
     timings.export = Some(laps.lap());

@@ -53,13 +53,17 @@ pub(crate) fn mark_exported(conn: &duckdb::Connection, run_id: Option<&str>) -> 
 pub(crate) enum Export<'a> {
     /// One organization's warehouse: every table, whole.
     Whole,
-    /// A fleet warehouse, in segments: the organizations `dirty` (loaded since the last publish)
-    /// and those sharing a segment with them are written into a new segment; the other segments
-    /// of the current version are hard-linked (their rows have not changed since). `segments`
-    /// remembers which organizations each current segment holds (read from the files when a
-    /// table is not in it), and is updated.
-    Segments { dirty: &'a std::collections::BTreeSet<String>, segments: &'a mut Segments },
+    /// A fleet warehouse, in segments: per table, the organizations `dirty` (whose rows of it
+    /// changed since the last publish) and those sharing a segment with them are written into a
+    /// new segment; the other segments of the current version are hard-linked (their rows have
+    /// not changed since). A table with no dirty organization keeps its current version.
+    /// `segments` remembers which organizations each current segment holds (read from the files
+    /// when a table is not in it), and is updated.
+    Segments { dirty: &'a Dirty, segments: &'a mut Segments },
 }
+
+/// The organizations whose rows changed since the last export, per exported table.
+pub type Dirty = std::collections::BTreeMap<&'static str, std::collections::BTreeSet<String>>;
 
 /// The organizations of each segment file of a version of a table.
 pub type Members = std::collections::BTreeMap<String, std::collections::BTreeSet<String>>;
@@ -125,11 +129,18 @@ pub(crate) fn export_tables(
     let run_id = label;
     let root = out.parquet_dir();
     std::fs::create_dir_all(&root).map_err(io_err("create", &root))?;
-    for (i, t) in catalog::TABLES.into_iter().filter(|t| t.exported).enumerate() {
+    let mut exported = 0;
+    for t in catalog::TABLES.into_iter().filter(|t| t.exported) {
         let table = t.name;
         let started = std::time::Instant::now();
         let version = root.join(format!(".{table}-{run_id}-{}", crate::out::new_run_id()));
         let link = root.join(table);
+        if let Export::Segments { dirty, .. } = &export {
+            // No organization's rows of it changed: its current version holds them.
+            if dirty.get(table).is_none_or(|orgs| orgs.is_empty()) && std::fs::read_link(&link).is_ok() {
+                continue;
+            }
+        }
         let written = match &mut export {
             Export::Whole => {
                 export_whole(conn, t, &version)?;
@@ -148,6 +159,8 @@ pub(crate) fn export_tables(
                     }),
                     (_, None) => None,
                 };
+                let empty = std::collections::BTreeSet::new();
+                let dirty = dirty.get(table).unwrap_or(&empty);
                 Some(export_segments(conn, t, &version, label, dirty, current.as_deref(), known)?)
             }
         };
@@ -168,7 +181,8 @@ pub(crate) fn export_tables(
             segments.insert(table.to_owned(), written);
         }
         tracing::debug!(table, ms = started.elapsed().as_millis() as u64, "table exported to Parquet");
-        if i == 0 {
+        exported += 1;
+        if exported == 1 {
             crate::out::crash_point("export-after-first-table");
         }
     }

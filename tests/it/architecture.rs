@@ -433,8 +433,8 @@ const LOAD_LAYERS: &[&[&str]] = &[
     &["catalog"],
     // The DuckDB files, their schema, reading values back.
     &["warehouse"],
-    // The previous state merged and transformed; the Parquet tree.
-    &["prepare", "parquet"],
+    // The previous state merged and transformed; the Parquet tree; a frame's fingerprint.
+    &["prepare", "parquet", "fingerprint"],
     // The one commit of a batch (one organization's load is a batch of one).
     &["commit"],
     // The shared lake.

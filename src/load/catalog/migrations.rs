@@ -89,6 +89,9 @@ pub const FLEET_MIGRATIONS: &[(i32, &[Step])] = &[
     // The data tables and the history declare no key: DuckDB maintained the key's index at every
     // batch's commit, which took 10 times the batch's own writes once the tables were large.
     (2, &[Step::DropCheckedKeys]),
+    // What each organization's frames were when last loaded: a batch writes, and a publish
+    // exports, only the tables that changed.
+    (3, &[Step::Create("frame_fingerprints")]),
 ];
 
 /// The name that `column` of `table`, as a step of `version` names it, has in the catalog now:

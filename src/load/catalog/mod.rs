@@ -94,6 +94,10 @@ pub enum Role {
     Results,
     /// The schema versions applied to the warehouse.
     Version,
+    /// The fleet warehouse's record of each organization's frames as last loaded
+    /// (`frame_fingerprints`): only there, and not an organization's data (readers, adoptions
+    /// and reports leave it out).
+    Fingerprints,
 }
 
 /// How the fleet warehouse keeps a table's key (`organization` first).
@@ -204,14 +208,22 @@ pub fn tables_of(shape: Shape) -> Vec<&'static Table> {
     TABLES
         .into_iter()
         .filter(|t| t.role != Role::Version)
-        .filter(|t| shape == Shape::One || t.fleet.is_some())
+        .filter(|t| match shape {
+            Shape::One => t.role != Role::Fingerprints,
+            Shape::Fleet => t.fleet.is_some(),
+        })
         .collect()
 }
 
-/// The names of the fleet warehouse's tables (every one keyed by `organization`).
+/// The names of the fleet warehouse's tables of organizations' data (every one keyed by
+/// `organization`): those a reader, an adoption or a report reads. Its `frame_fingerprints`
+/// aside.
 pub fn fleet_tables() -> Vec<&'static str> {
-    tables_of(Shape::Fleet).into_iter().map(|t| t.name).collect()
+    tables_of(Shape::Fleet).into_iter().filter(|t| t.role != Role::Fingerprints).map(|t| t.name).collect()
 }
+
+/// The fleet warehouse's record of each organization's frames as last loaded.
+pub const FINGERPRINTS: &str = tables::FRAME_FINGERPRINTS.name;
 
 /// The lake's tables that `query --lake` reads, in commit order: `runs` last, the marker that a
 /// sync is complete.
@@ -362,7 +374,8 @@ pub fn dictionary() -> String {
             None => {}
         }
         if !goes.is_empty() {
-            facts.push(format!("Also in {}.", goes.join("; ")));
+            let only = !tables_of(Shape::One).iter().any(|one| one.name == t.name);
+            facts.push(format!("{} {}.", if only { "Only in" } else { "Also in" }, goes.join("; ")));
         }
         if !facts.is_empty() {
             md.push_str(&facts.join(" "));

@@ -266,6 +266,25 @@ pub(super) const ACTION_JOURNAL: Table = Table {
     by_year: false,
 };
 
+pub(super) const FRAME_FINGERPRINTS: Table = Table {
+    name: "frame_fingerprints",
+    about: "A fingerprint of each organization's rows of each table rebuilt from the transform, as its last load wrote them: a batch rewrites an organization's table, and the next publish exports it, only when its fingerprint changed (`applications` is written at every load, and has none). The writer's own record; readers have no use for it.",
+    columns: &[
+        req("table_name", Type::Varchar, "a table rebuilt from the transform's frame"),
+        req(
+            "fingerprint",
+            Type::Varchar,
+            "xxh3-128 of the rows as staged (with this release and the schema version), 32 hexadecimal digits",
+        ),
+    ],
+    key: &["table_name"],
+    role: Role::Fingerprints,
+    fleet: Some(FleetKey::Declared),
+    exported: false,
+    lake: false,
+    by_year: false,
+};
+
 pub(super) const SCHEMA_VERSION: Table = Table {
     name: "schema_version",
     about: "The schema versions applied to the warehouse (a fleet warehouse's is `fleet_schema_version`).",
@@ -283,7 +302,7 @@ pub(super) const SCHEMA_VERSION: Table = Table {
 
 /// Every table, in the order the Parquet tree and the lake list them (`runs`, the completion
 /// marker of a sync in the lake, after the tables it completes).
-pub const TABLES: [&Table; 11] = [
+pub const TABLES: [&Table; 12] = [
     &APPLICATIONS,
     &CONNECTED_ACCOUNTS,
     &CONTENT_DAILY,
@@ -294,6 +313,7 @@ pub const TABLES: [&Table; 11] = [
     &ACTION_RESULTS,
     &RUNS,
     &ACTION_JOURNAL,
+    &FRAME_FINGERPRINTS,
     &SCHEMA_VERSION,
 ];
 

@@ -408,6 +408,9 @@ pub struct LoadRows {
     /// Its applications with their accounts, sorted by id: read only when asked for
     /// ([`load_rows`]'s `apps_of`), `None` otherwise.
     apps: Option<Vec<Observation>>,
+    /// Its frame tables' fingerprints as its last load wrote them (`frame_fingerprints`), by
+    /// table.
+    fingerprints: std::collections::BTreeMap<String, String>,
 }
 
 /// The previous rows of the organizations `orgs` of the fleet warehouse `conn` that their
@@ -440,6 +443,19 @@ pub fn load_rows(
         content_row,
         &mut out,
         |rows, row| rows.content.push(row),
+    )?;
+    read_keyed(
+        conn,
+        crate::load::catalog::FINGERPRINTS,
+        &format!(
+            "SELECT organization, table_name, fingerprint FROM {} WHERE organization IN ({list})",
+            crate::load::catalog::FINGERPRINTS
+        ),
+        |c| Ok((c.get::<String>("table_name")?, c.get::<String>("fingerprint")?)),
+        &mut out,
+        |rows, (table, fingerprint)| {
+            rows.fingerprints.insert(table, fingerprint);
+        },
     )?;
     if apps_of.is_empty() {
         return Ok(out);
@@ -523,6 +539,11 @@ impl LoadRows {
     pub fn latest_run(&self) -> Option<String> {
         // By `finished_at`, a missing one last, then by id, as `last_run` orders them.
         self.runs.iter().max_by_key(|r| (r.1.is_some(), r.1, &r.0)).map(|r| r.0.clone())
+    }
+
+    /// Its frame tables' fingerprints as its last load wrote them, taken.
+    pub fn take_fingerprints(&mut self) -> std::collections::BTreeMap<String, String> {
+        std::mem::take(&mut self.fingerprints)
     }
 
     /// [`content`] of these rows, taken.
