@@ -3,23 +3,29 @@
 //! only the tables whose rows changed ([`super::commit`]).
 //!
 //! The fingerprint is xxh3's 128-bit hash of the frame's height, every column's name, type and
-//! values in row order (a NULL apart from every value), and of this release and the fleet
-//! warehouse's schema version: a new release or a migration makes every table written again
-//! once. Two frames with the same fingerprint are taken to be equal; for two different frames
-//! that happens with a probability of about 2^-128. A column of a type it does not know has no
+//! values in row order (a NULL apart from every value), and of [`FORMAT`] and the fleet
+//! warehouse's schema version: a migration, or a change to how a frame becomes rows, makes
+//! every table written again once. Two frames with the same fingerprint are taken to be equal
+//! (xxh3 is not a cryptographic hash, but nothing here is adversarial: a fingerprint is only
+//! ever compared with the same organization's same table's, and two different frames share one
+//! by chance with a probability of about 2^-128). A column of a type it does not know has no
 //! fingerprint: the table is then written every time.
 
 use polars::prelude::{DataFrame, DataType};
 use xxhash_rust::xxh3::Xxh3;
+
+/// The fingerprints' format: bumped whenever the rows a frame becomes can change while its
+/// values do not (the staging's Parquet, the insert, a DuckDB upgrade that reads them
+/// differently), so that no table is kept on a fingerprint made the old way.
+pub(crate) const FORMAT: u32 = 1;
 
 /// The frame's fingerprint, as stored: 32 hexadecimal digits. `None`: a column of a type not
 /// fingerprinted (the table is written every time).
 pub(crate) fn fingerprint(df: &DataFrame) -> Option<String> {
     let mut hasher = Xxh3::new();
     let mut buf: Vec<u8> = vec![];
-    let release =
-        format!("creator-etl {} fleet schema {}", env!("CARGO_PKG_VERSION"), super::catalog::Shape::Fleet.version());
-    put_bytes(&mut buf, release.as_bytes());
+    let format = format!("creator-etl fingerprint {FORMAT} fleet schema {}", super::catalog::Shape::Fleet.version());
+    put_bytes(&mut buf, format.as_bytes());
     buf.extend((df.height() as u64).to_le_bytes());
     for column in df.columns() {
         put_bytes(&mut buf, column.name().as_bytes());
@@ -115,6 +121,28 @@ mod tests {
         let mut seen = std::collections::BTreeSet::from([fp]);
         for other in &others {
             assert!(seen.insert(fingerprint(other).unwrap()), "{other}");
+        }
+    }
+
+    /// A changed value of every type a frame has changes the fingerprint.
+    #[test]
+    fn every_frames_type_is_fingerprinted_by_its_values() {
+        let one = |c: Column| fingerprint(&DataFrame::new_infer_height(vec![c]).unwrap()).unwrap();
+        let pairs = [
+            (Column::new("x".into(), [true, false]), Column::new("x".into(), [true, true])),
+            (Column::new("x".into(), [1.5f64, 2.0]), Column::new("x".into(), [1.5f64, 2.5])),
+            (Column::new("x".into(), [1.5f32, 2.0]), Column::new("x".into(), [1.5f32, 2.5])),
+            (Column::new("x".into(), [1u32, 2]), Column::new("x".into(), [1u32, 3])),
+            (Column::new("x".into(), [1u64, 2]), Column::new("x".into(), [1u64, 3])),
+            (Column::new("x".into(), [1i32, 2]), Column::new("x".into(), [1i32, 3])),
+            (
+                Column::new("x".into(), [19_000i32, 19_001]).cast(&DataType::Date).unwrap(),
+                Column::new("x".into(), [19_000i32, 19_002]).cast(&DataType::Date).unwrap(),
+            ),
+        ];
+        for (a, b) in pairs {
+            assert_eq!(one(a.clone()), one(a.clone()), "{a:?}");
+            assert_ne!(one(a.clone()), one(b.clone()), "{a:?} against {b:?}");
         }
     }
 

@@ -676,8 +676,8 @@ impl FleetWarehouse {
                 ));
             }
             if catalog::frames().any(|t| copied.contains(&t.name)) {
-                // Its frame tables' rows are no longer what its last load's fingerprints say: its
-                // next load writes every table.
+                // Its frame tables' rows are no longer what its last load's fingerprints say (a
+                // restore from the lake over rows it had loaded): its next load writes every table.
                 sql.push_str(&format!("DELETE FROM {} WHERE organization = {org_literal};\n", catalog::FINGERPRINTS));
             }
             if copied.contains(&"runs") {

@@ -85,18 +85,7 @@ fn is_segment(name: &str) -> bool {
 /// `organization` column only). `None` when `dir` is not a version in segments (none yet, or the
 /// layout of an older creator-etl: a folder per organization).
 fn read_segments(conn: &duckdb::Connection, dir: &Path) -> Result<Option<Members>, LoadError> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(None) };
-    let mut files = vec![];
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') {
-            continue;
-        }
-        if !is_segment(&name) {
-            return Ok(None);
-        }
-        files.push(name);
-    }
+    let Some(files) = segment_files(dir) else { return Ok(None) };
     let mut segments: Members = files.iter().map(|f| (f.clone(), Default::default())).collect();
     if files.is_empty() {
         return Ok(Some(segments));
@@ -117,6 +106,24 @@ fn read_segments(conn: &duckdb::Connection, dir: &Path) -> Result<Option<Members
     Ok(Some(segments))
 }
 
+/// The segment files of the version `dir`; `None` when it is not a version in segments (none,
+/// or the layout of an older creator-etl).
+fn segment_files(dir: &Path) -> Option<Vec<String>> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    let mut files = vec![];
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        if !is_segment(&name) {
+            return None;
+        }
+        files.push(name);
+    }
+    Some(files)
+}
+
 /// [`export_parquet`]'s work: every table to a fresh version directory, switched into place.
 /// `label` names the version directories.
 pub(crate) fn export_tables(
@@ -135,12 +142,6 @@ pub(crate) fn export_tables(
         let started = std::time::Instant::now();
         let version = root.join(format!(".{table}-{run_id}-{}", crate::out::new_run_id()));
         let link = root.join(table);
-        if let Export::Segments { dirty, .. } = &export {
-            // No organization's rows of it changed: its current version holds them.
-            if dirty.get(table).is_none_or(|orgs| orgs.is_empty()) && std::fs::read_link(&link).is_ok() {
-                continue;
-            }
-        }
         let written = match &mut export {
             Export::Whole => {
                 export_whole(conn, t, &version)?;
@@ -148,6 +149,13 @@ pub(crate) fn export_tables(
             }
             Export::Segments { dirty, segments } => {
                 let current = std::fs::read_link(&link).ok().map(|v| root.join(v));
+                let empty = std::collections::BTreeSet::new();
+                let dirty = dirty.get(table).unwrap_or(&empty);
+                // No organization's rows of it changed, and its current version is in segments:
+                // that version holds them. (One in an older layout, or gone, is exported whole.)
+                if dirty.is_empty() && current.as_deref().and_then(segment_files).is_some() {
+                    continue;
+                }
                 // Forgotten until the switch: an error on the way leaves the files to say.
                 let known = match (segments.remove(table), &current) {
                     (Some(known), Some(_)) => Some(known),
@@ -159,8 +167,6 @@ pub(crate) fn export_tables(
                     }),
                     (_, None) => None,
                 };
-                let empty = std::collections::BTreeSet::new();
-                let dirty = dirty.get(table).unwrap_or(&empty);
                 Some(export_segments(conn, t, &version, label, dirty, current.as_deref(), known)?)
             }
         };

@@ -1118,6 +1118,7 @@ fn assert_parquet_matches_warehouse(dir: &Path) {
 /// rows (the clock's columns aside).
 #[test]
 fn a_fleet_warehouse_writes_only_the_tables_that_changed() {
+    use creator_etl::api::models::ApplicationStatus;
     let emu = fleet_emulator(3, 60, &[]);
     let names = ["a", "b", "c"];
     let (kept, whole) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -1184,6 +1185,21 @@ fn a_fleet_warehouse_writes_only_the_tables_that_changed() {
     let moved: Vec<&String> = after.keys().filter(|t| before[*t] != after[*t]).collect();
     assert_eq!(moved, ["applications"], "the tables exported again");
 
+    // A new application, no status changed: its first sighting opens a history row.
+    let before = after;
+    let new = emu.state.add_application(numbered_org(1), ApplicationStatus::Pending, chrono::Utc::now());
+    forget(whole.path());
+    for dir in [&kept, &whole] {
+        sync(dir.path());
+    }
+    same_rows("a new application");
+    let after = versions(kept.path());
+    assert_ne!(before["application_status_history"], after["application_status_history"], "its history exported");
+    let c = db(&kept.path().join("out"));
+    let opened = format!("SELECT count(*) FROM application_status_history WHERE organization = 'a' AND id = {new}");
+    assert_eq!(count(&c, &opened), 1);
+    drop(c);
+
     // An account's post count (its application's, `connected_accounts`' and the cohorts'), a
     // status (the history) and the content's figures (every organization's recent days) change.
     let apps = emu.state.applications(numbered_org(2));
@@ -1195,7 +1211,7 @@ fn a_fleet_warehouse_writes_only_the_tables_that_changed() {
         .expect("an application with an account");
     assert!(emu.state.set_post_count(counted.id, 97));
     let pending = apps.iter().find(|a| a.status.as_str() == "pending").expect("a pending application").id;
-    assert!(emu.state.set_application_status(pending, creator_etl::api::models::ApplicationStatus::Accepted));
+    assert!(emu.state.set_application_status(pending, ApplicationStatus::Accepted));
     emu.state.store().content.seed ^= 0x5eed;
     let before = after;
     forget(whole.path());
@@ -1295,6 +1311,21 @@ fn a_fleet_warehouse_survives_a_kill_mid_batch_and_adopts_own_warehouses() {
         .run();
     assert_exit(&fleet_args, &o, 1);
     assert_eq!(status(dir.path()), "accepted", "published by a run that loaded nothing");
+    assert_parquet_matches_warehouse(dir.path());
+
+    // A kill in an export, after its first table: the next run exports every table of the
+    // organizations not marked exported, so the history's change reaches the Parquet tree.
+    emu.state.set_application_status(moved, creator_etl::api::models::ApplicationStatus::Rejected);
+    crash_at("export-after-first-table");
+    let o = Bin::new(dir.path())
+        .out(&dir.path().join("out"))
+        .args(["--base-url", "http://127.0.0.1:9", "--max-attempts", "1", "fleet"])
+        .args(fleet_args)
+        .envs(keys.iter().cloned())
+        .run();
+    assert_exit(&fleet_args, &o, 1);
+    assert_eq!(status(dir.path()), "rejected");
+    assert_parquet_matches_warehouse(dir.path());
 }
 
 /// Rows per organization of a lake table, through `query --lake` (the Delta log's current

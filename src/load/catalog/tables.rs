@@ -274,7 +274,7 @@ pub(super) const FRAME_FINGERPRINTS: Table = Table {
         req(
             "fingerprint",
             Type::Varchar,
-            "xxh3-128 of the rows as staged (with this release and the schema version), 32 hexadecimal digits",
+            "xxh3-128 of the transform's frame (its columns' names, types and values in order, with the fingerprints' format and the schema version), 32 hexadecimal digits",
         ),
     ],
     key: &["table_name"],
