@@ -397,11 +397,14 @@ fn record_history(
     shape: Shape,
     orgs: &[String],
 ) -> Result<(StatusChanges, BTreeSet<Option<String>>), LoadError> {
+    // In a fleet warehouse, each side of every join is restricted to the batch's organizations,
+    // though the join's `organization` equality implies it for one side: DuckDB then scans the
+    // batch's rows of that table, not the whole fleet's.
     let (key, first_key, scope, org_column, group, only) = match shape {
         Shape::Fleet => {
             let list = sql_list(orgs);
             (
-                "h.organization = a.organization AND ",
+                format!("h.organization IN ({list}) AND h.organization = a.organization AND "),
                 "a.organization = f.organization AND ",
                 format!("a.organization IN ({list}) AND "),
                 "a.organization, ",
@@ -409,7 +412,7 @@ fn record_history(
                 format!("WHERE organization IN ({list}) "),
             )
         }
-        Shape::One => ("", "", String::new(), "", "", String::new()),
+        Shape::One => (String::new(), "", String::new(), "", "", String::new()),
     };
     let returning = if shape == Shape::Fleet { "h.organization" } else { "CAST(NULL AS VARCHAR)" };
     let opened = if shape == Shape::Fleet { "organization" } else { "CAST(NULL AS VARCHAR)" };
@@ -427,7 +430,7 @@ fn record_history(
     let first = format!(
         "UPDATE applications AS a SET first_seen_at = f.first FROM \
          (SELECT {group}id, min(valid_from) AS first FROM application_status_history {only}GROUP BY {group}id) AS f \
-         WHERE {first_key}a.id = f.id AND f.first < a.first_seen_at"
+         WHERE {scope}{first_key}a.id = f.id AND f.first < a.first_seen_at"
     );
     let failed = |e| LoadError::db("close changed statuses in `application_status_history`", e);
     let mut stmt = conn.prepare(&close).map_err(failed)?;
