@@ -19,8 +19,8 @@
 //! overhead at scale, as for the 10,000-organization run.
 //!
 //! `--log FILE` keeps the fleet's log in FILE (`RUST_LOG` as given, else the fleet's, its
-//! batches', their transforms', stagings' and transactions' `debug` lines: where a batch's time
-//! goes) and prints the fleet process's CPU per
+//! batches', their previous rows' reads, transforms', stagings', transactions' and Parquet
+//! exports' `debug` lines: where a batch's time goes) and prints the fleet process's CPU per
 //! thread name (sampled every 0.5 s).
 //!
 //! `--pause-s N` waits N seconds before each run (default 0), so that the file system is quiet,
@@ -233,7 +233,7 @@ fn main() {
             .stderr(Stdio::null());
         if let Some(log) = &log {
             let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| {
-                "info,creator_etl::load::fleet_warehouse=debug,creator_etl::fleet::batch=debug,creator_etl::load::commit=debug,creator_etl::transform=debug"
+                "info,creator_etl::load::fleet_warehouse=debug,creator_etl::fleet::batch=debug,creator_etl::load::commit=debug,creator_etl::load::warehouse::readback=debug,creator_etl::load::parquet=debug,creator_etl::transform=debug"
                     .into()
             });
             cmd.env("RUST_LOG", filter).stderr(std::fs::File::create(format!("{log}.{run}")).unwrap());

@@ -10,6 +10,7 @@ use duckdb::{Connection, OptionalExt};
 use super::LoadError;
 use crate::api::models::{Application, ApplicationStatus, ConnectedAccount, Provider, SignupSource};
 use crate::extract::{ContentRow, Metric, Observation, Snapshot};
+use crate::load::catalog::ORGANIZATION;
 
 /// One row read back from a warehouse table. Each getter reads the column as the type the code
 /// needs and names the table, the column and the value when it cannot: a damaged warehouse
@@ -17,6 +18,9 @@ use crate::extract::{ContentRow, Metric, Observation, Snapshot};
 struct Cells<'a, 'stmt> {
     table: &'static str,
     row: &'a duckdb::Row<'stmt>,
+    /// The result's column names, in order: a column is found by its place (duckdb's lookup by
+    /// name lowercases the name into a new string at every call).
+    columns: &'a [String],
 }
 
 impl Cells<'_, '_> {
@@ -29,9 +33,16 @@ impl Cells<'_, '_> {
         }
     }
 
+    /// The column's place in the result.
+    fn at(&self, column: &str) -> Result<usize, LoadError> {
+        // Case aside, as duckdb's own lookup (DuckDB names a column as its table declares it).
+        let at = self.columns.iter().position(|c| c.eq_ignore_ascii_case(column));
+        at.ok_or_else(|| self.unreadable(column, "is not in the result"))
+    }
+
     /// A value duckdb converts itself: integers, text, and `Option`s of them for nullable columns.
     fn get<T: duckdb::types::FromSql>(&self, column: &str) -> Result<T, LoadError> {
-        self.row.get(column).map_err(|e| match e {
+        self.row.get(self.at(column)?).map_err(|e| match e {
             duckdb::Error::InvalidColumnType(_, _, Type::Null) => self.unreadable(column, "is NULL"),
             e => self.unreadable(column, format!("cannot be read: {e}")),
         })
@@ -39,7 +50,7 @@ impl Cells<'_, '_> {
 
     /// The column's value, `None` for NULL.
     fn value(&self, column: &str) -> Result<Option<ValueRef<'_>>, LoadError> {
-        match self.row.get_ref(column) {
+        match self.row.get_ref(self.at(column)?) {
             Ok(ValueRef::Null) => Ok(None),
             Ok(v) => Ok(Some(v)),
             Err(e) => Err(self.unreadable(column, format!("cannot be read: {e}"))),
@@ -121,9 +132,10 @@ fn read_rows<T>(
     let failed = |e| LoadError::db(format!("read `{table}`"), e);
     let mut stmt = conn.prepare(sql).map_err(failed)?;
     let mut rows = stmt.query(params).map_err(failed)?;
+    let columns: Vec<String> = rows.as_ref().map(|s| s.column_names()).unwrap_or_default();
     let mut out = vec![];
     while let Some(row) = rows.next().map_err(failed)? {
-        out.push(read(&Cells { table, row }).map_err(|e| in_file(conn, e))?);
+        out.push(read(&Cells { table, row, columns: &columns }).map_err(|e| in_file(conn, e))?);
     }
     Ok(out)
 }
@@ -426,6 +438,13 @@ pub fn load_rows(
         return Ok(out);
     }
     let list = super::sql_list(orgs);
+    // Each query's time, for the debug log.
+    let mut at = std::time::Instant::now();
+    let mut lap = || {
+        let ms = at.elapsed().as_millis() as u64;
+        at = std::time::Instant::now();
+        ms
+    };
     read_keyed(
         conn,
         "runs",
@@ -434,6 +453,7 @@ pub fn load_rows(
         &mut out,
         |rows, run| rows.runs.push(run),
     )?;
+    let runs_ms = lap();
     read_keyed(
         conn,
         "content_daily",
@@ -444,6 +464,7 @@ pub fn load_rows(
         &mut out,
         |rows, row| rows.content.push(row),
     )?;
+    let content_ms = lap();
     read_keyed(
         conn,
         crate::load::catalog::FINGERPRINTS,
@@ -457,7 +478,9 @@ pub fn load_rows(
             rows.fingerprints.insert(table, fingerprint);
         },
     )?;
+    let fingerprints_ms = lap();
     if apps_of.is_empty() {
+        tracing::debug!(organizations = orgs.len(), runs_ms, content_ms, fingerprints_ms, "previous rows read (ms)");
         return Ok(out);
     }
     for org in apps_of {
@@ -486,6 +509,14 @@ pub fn load_rows(
         &mut out,
         |rows, (app_id, account)| add_account(rows.apps.get_or_insert_with(Vec::new), app_id, account),
     )?;
+    tracing::debug!(
+        organizations = orgs.len(),
+        runs_ms,
+        content_ms,
+        fingerprints_ms,
+        applications_ms = lap(),
+        "previous rows read (ms)"
+    );
     Ok(out)
 }
 
@@ -523,14 +554,26 @@ fn read_keyed<R: Filed, T>(
     out: &mut std::collections::BTreeMap<String, R>,
     mut file: impl FnMut(&mut R, T),
 ) -> Result<(), LoadError> {
-    let rows = read_rows(conn, table, sql, [], |c| Ok((c.get::<String>("organization")?, read(c).ok())))?;
-    for (org, row) in rows {
-        let rows = out.entry(org).or_default();
+    // Each row filed as it is read, its organization's name borrowed from the result.
+    read_rows(conn, table, sql, [], |c| {
+        let org = match c.value(ORGANIZATION)? {
+            Some(ValueRef::Text(bytes)) => {
+                std::str::from_utf8(bytes).map_err(|e| c.unreadable(ORGANIZATION, format!("is not text: {e}")))?
+            }
+            Some(other) => return Err(c.unreadable(ORGANIZATION, format!("holds {}, not text", describe(&other)))),
+            None => return Err(c.unreadable(ORGANIZATION, "is NULL")),
+        };
+        let row = read(c).ok();
+        if !out.contains_key(org) {
+            out.insert(org.to_owned(), R::default());
+        }
+        let rows = out.get_mut(org).expect("inserted above");
         match row {
             Some(row) => file(rows, row),
             None => rows.damage(),
         }
-    }
+        Ok(())
+    })?;
     Ok(())
 }
 
