@@ -1431,7 +1431,16 @@ fn a_fleet_warehouse_commits_each_batch_to_the_lake_once_per_table() {
     assert_eq!(lake_commits(dir.path(), "runs"), [batch_commit]);
 
     // A fresh `--out`: every organization's state comes back from the lake, into a new fleet
-    // warehouse, and the run is quick on it.
+    // warehouse, and the run is quick on it. (Meanwhile x's newest application's post count
+    // changed: the lake gets it from this `--out`.)
+    let apps = emu.state.applications(numbered_org(1));
+    let newest = apps
+        .iter()
+        .filter(|a| !a.connected_accounts.is_empty())
+        .max_by_key(|a| (a.applied_at, a.id))
+        .expect("an application with an account");
+    let posts = newest.connected_accounts[0].monthly_post_count;
+    assert!(emu.state.set_post_count(newest.id, posts + 1000));
     std::fs::rename(dir.path().join("out"), dir.path().join("old-out")).unwrap();
     let o = fleet(dir.path(), &emu, &args, &keys);
     assert_exit(&args, &o, 0);
@@ -1447,6 +1456,28 @@ fn a_fleet_warehouse_commits_each_batch_to_the_lake_once_per_table() {
     for table in ["applications", "application_status_history", "runs"] {
         assert_eq!(lake_counts(dir.path(), &lake, table), expected(table), "{table}");
     }
+
+    // Back on the first `--out`, whose fingerprints describe its own last load, with the post
+    // count changed back: x is restored from the lake (which holds a run it does not know, with
+    // the changed count), then syncs the original count again. Its restored rows are not what
+    // its fingerprints describe, so its tables are written, not kept.
+    assert!(emu.state.set_post_count(newest.id, posts));
+    std::fs::rename(dir.path().join("out"), dir.path().join("new-out")).unwrap();
+    std::fs::rename(dir.path().join("old-out"), dir.path().join("out")).unwrap();
+    let o = fleet(dir.path(), &emu, &args, &keys);
+    assert_exit(&args, &o, 0);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("restored"), "{}", show(&args, &o));
+    let c = db(&dir.path().join("out"));
+    let held: i64 = c
+        .query_row(
+            "SELECT monthly_post_count FROM connected_accounts WHERE organization = 'x' AND application_id = ?",
+            [newest.id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(held, posts, "the service's count, not the restored one");
+    drop(c);
+    assert_parquet_matches_warehouse(dir.path());
 }
 
 /// Two corrections of the emulator's main organization (sales 7001 and 7002), as `main.csv`.
