@@ -1203,12 +1203,7 @@ fn a_fleet_warehouse_writes_only_the_tables_that_changed() {
     // An account's post count (its application's, `connected_accounts`' and the cohorts'), a
     // status (the history) and the content's figures (every organization's recent days) change.
     let apps = emu.state.applications(numbered_org(2));
-    // The newest, on its status's first page, which a quick sync reads again.
-    let counted = apps
-        .iter()
-        .filter(|a| !a.connected_accounts.is_empty())
-        .max_by_key(|a| (a.applied_at, a.id))
-        .expect("an application with an account");
+    let counted = newest_with_an_account(&emu, 2);
     assert!(emu.state.set_post_count(counted.id, 97));
     let pending = apps.iter().find(|a| a.status.as_str() == "pending").expect("a pending application").id;
     assert!(emu.state.set_application_status(pending, ApplicationStatus::Accepted));
@@ -1223,15 +1218,26 @@ fn a_fleet_warehouse_writes_only_the_tables_that_changed() {
     for table in ["applications", "connected_accounts", "content_daily", "application_status_history"] {
         assert_ne!(before[table], after[table], "`{table}` changed and was exported again");
     }
-    let c = db(&kept.path().join("out"));
-    let posts: i64 = c
+    assert_eq!(fleet_post_count(kept.path(), "b", counted.id), 97);
+}
+
+/// Organization k's newest application with an account: on its status's first page, which a
+/// quick sync reads again.
+fn newest_with_an_account(emu: &TestEmu, k: u32) -> creator_etl::api::models::Application {
+    let apps = emu.state.applications(numbered_org(k));
+    let newest = apps.iter().filter(|a| !a.connected_accounts.is_empty()).max_by_key(|a| (a.applied_at, a.id));
+    newest.expect("an application with an account").clone()
+}
+
+/// An application's first account's post count in the published fleet warehouse.
+fn fleet_post_count(dir: &Path, org: &str, application: i64) -> i64 {
+    db(&dir.join("out"))
         .query_row(
-            "SELECT monthly_post_count FROM connected_accounts WHERE organization = 'b' AND application_id = ?",
-            [counted.id],
+            "SELECT monthly_post_count FROM connected_accounts WHERE organization = ? AND application_id = ?",
+            duckdb::params![org, application],
             |r| r.get(0),
         )
-        .unwrap();
-    assert_eq!(posts, 97);
+        .unwrap()
 }
 
 /// A SIGKILL between a batch's load and its commit loses nothing: the warehouse keeps the
@@ -1433,12 +1439,7 @@ fn a_fleet_warehouse_commits_each_batch_to_the_lake_once_per_table() {
     // A fresh `--out`: every organization's state comes back from the lake, into a new fleet
     // warehouse, and the run is quick on it. (Meanwhile x's newest application's post count
     // changed: the lake gets it from this `--out`.)
-    let apps = emu.state.applications(numbered_org(1));
-    let newest = apps
-        .iter()
-        .filter(|a| !a.connected_accounts.is_empty())
-        .max_by_key(|a| (a.applied_at, a.id))
-        .expect("an application with an account");
+    let newest = newest_with_an_account(&emu, 1);
     let posts = newest.connected_accounts[0].monthly_post_count;
     assert!(emu.state.set_post_count(newest.id, posts + 1000));
     std::fs::rename(dir.path().join("out"), dir.path().join("old-out")).unwrap();
@@ -1467,16 +1468,7 @@ fn a_fleet_warehouse_commits_each_batch_to_the_lake_once_per_table() {
     let o = fleet(dir.path(), &emu, &args, &keys);
     assert_exit(&args, &o, 0);
     assert!(String::from_utf8_lossy(&o.stderr).contains("restored"), "{}", show(&args, &o));
-    let c = db(&dir.path().join("out"));
-    let held: i64 = c
-        .query_row(
-            "SELECT monthly_post_count FROM connected_accounts WHERE organization = 'x' AND application_id = ?",
-            [newest.id],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(held, posts, "the service's count, not the restored one");
-    drop(c);
+    assert_eq!(fleet_post_count(dir.path(), "x", newest.id), posts, "the service's count, not the restored one");
     assert_parquet_matches_warehouse(dir.path());
 }
 
