@@ -11,9 +11,9 @@
 //!    and inserted from the batch's files, whose keys the staging checked (the fleet warehouse
 //!    declares none on these tables: see [`super::catalog`]), for the members whose rows
 //!    changed, and the members' fingerprints recorded (`frame_fingerprints`). Then the status
-//!    history (SCD type 2), its keys checked, and a `runs` row per member. The rows per table that the
-//!    report and the ledger give are the staged ones for the frame tables (the transaction
-//!    leaves exactly those), counted for the history.
+//!    history (SCD type 2), its keys checked, and a `runs` row per member. The rows per table
+//!    that the report and the ledger give are the staged ones for the frame tables (the
+//!    transaction leaves exactly those, or keeps them), counted for the history.
 //!
 //! The transaction is `duckdb::Transaction`'s: any error, and a crash before the commit, leave
 //! every member's rows as they were.
