@@ -1309,13 +1309,17 @@ fn a_fleet_warehouse_survives_a_kill_mid_batch_and_adopts_own_warehouses() {
             .unwrap()
     };
     assert_eq!(status(dir.path()), "pending", "the snapshot is the last published one");
-    let o = Bin::new(dir.path())
-        .out(&dir.path().join("out"))
-        .args(["--base-url", "http://127.0.0.1:9", "--max-attempts", "1", "fleet"])
-        .args(fleet_args)
-        .envs(keys.iter().cloned())
-        .run();
-    assert_exit(&fleet_args, &o, 1);
+    // A run that loads nothing: no service to reach.
+    let offline = || {
+        let o = Bin::new(dir.path())
+            .out(&dir.path().join("out"))
+            .args(["--base-url", "http://127.0.0.1:9", "--max-attempts", "1", "fleet"])
+            .args(fleet_args)
+            .envs(keys.iter().cloned())
+            .run();
+        assert_exit(&fleet_args, &o, 1);
+    };
+    offline();
     assert_eq!(status(dir.path()), "accepted", "published by a run that loaded nothing");
     assert_parquet_matches_warehouse(dir.path());
 
@@ -1323,13 +1327,7 @@ fn a_fleet_warehouse_survives_a_kill_mid_batch_and_adopts_own_warehouses() {
     // organizations not marked exported, so the history's change reaches the Parquet tree.
     emu.state.set_application_status(moved, creator_etl::api::models::ApplicationStatus::Rejected);
     crash_at("export-after-first-table");
-    let o = Bin::new(dir.path())
-        .out(&dir.path().join("out"))
-        .args(["--base-url", "http://127.0.0.1:9", "--max-attempts", "1", "fleet"])
-        .args(fleet_args)
-        .envs(keys.iter().cloned())
-        .run();
-    assert_exit(&fleet_args, &o, 1);
+    offline();
     assert_eq!(status(dir.path()), "rejected");
     assert_parquet_matches_warehouse(dir.path());
 }
