@@ -110,6 +110,24 @@ impl Progress {
     }
 }
 
+/// The stopwatch of a stage's steps: a load's, a transform's, a batch's reads.
+pub(crate) struct Laps {
+    at: Instant,
+}
+
+impl Laps {
+    pub(crate) fn start() -> Self {
+        Laps { at: Instant::now() }
+    }
+
+    /// Milliseconds since the last lap (or the start).
+    pub(crate) fn lap(&mut self) -> u64 {
+        let ms = self.at.elapsed().as_millis() as u64;
+        self.at = Instant::now();
+        ms
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

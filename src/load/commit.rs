@@ -24,10 +24,11 @@ use std::path::{Path, PathBuf};
 use duckdb::Connection;
 
 use super::catalog::{self, Shape, Table};
-use super::prepare::{Laps, LoadTimings, QualityReport};
+use super::prepare::{LoadTimings, QualityReport};
 use super::warehouse::{self, sql_list, sql_literal};
 use super::LoadError;
 use crate::extract::{ExtractReport, RunSpec};
+use crate::progress::Laps;
 
 /// A member of a batch, prepared: what the commit writes for it.
 pub(crate) struct Ready {

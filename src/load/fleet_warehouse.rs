@@ -405,7 +405,7 @@ impl FleetWarehouse {
                     tracing::warn!(error = %crate::exit::with_causes(&e), "cannot gather the previous rows of the members read alone together; each one's are gathered alone");
                 }
             }
-            let laps = super::prepare::Laps::start();
+            let laps = crate::progress::Laps::start();
             match self.with_org(&org, |conn| merge(Some(&mut { conn }), extracted, laps)) {
                 Ok(m) => read.merged.push((org, report, m)),
                 Err(e) => {
@@ -822,7 +822,7 @@ pub fn prepare_batch(read: BatchRead, config: &BatchConfig) -> PreparedBatch {
     // table of theirs is written).
     let mut loaded_fingerprints: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
     for (Member { org, extracted, report, .. }, rows) in to_merge {
-        let laps = super::prepare::Laps::start();
+        let laps = crate::progress::Laps::start();
         let result = match rows {
             Some(mut rows) => {
                 loaded_fingerprints.insert(org.clone(), rows.take_fingerprints());

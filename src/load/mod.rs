@@ -232,7 +232,7 @@ pub fn load_extracted(
     extract_report: Option<&ExtractReport>,
 ) -> Result<LoadReport, LoadError> {
     let started = Instant::now();
-    let laps = prepare::Laps::start();
+    let laps = crate::progress::Laps::start();
     let conn = warehouse::open_writer(&config.out)?;
     clean_leftovers(&config.out);
     parquet::finish_interrupted_export(&conn, &config.out, config.parquet_grace)?;
@@ -259,7 +259,7 @@ pub fn load_extracted(
     // `.staging` itself, when no other command's leftovers are in it.
     let _ = std::fs::remove_dir(config.out.staging_dir());
     let commit::Committed { quality, rows, mut timings, .. } = written?.pop().expect("a batch of one");
-    let mut laps = prepare::Laps::start();
+    let mut laps = crate::progress::Laps::start();
     parquet::export_parquet(&conn, &config.out, &run_id, config.parquet_grace)?;
     timings.export = Some(laps.lap());
     warehouse::publish(conn, &config.out)?;

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::{warehouse, LoadError};
 use crate::extract::{ContentRow, Extracted, Observation};
+use crate::progress::Laps;
 use crate::transform;
 
 /// Data-quality findings of a load; fatal only with `--strict`.
@@ -192,24 +193,6 @@ impl LoadTimings {
             + self.transaction
             + self.export.unwrap_or(0)
             + self.publish.unwrap_or(0)
-    }
-}
-
-/// The stopwatch of a load's steps.
-pub(crate) struct Laps {
-    at: Instant,
-}
-
-impl Laps {
-    pub(crate) fn start() -> Self {
-        Laps { at: Instant::now() }
-    }
-
-    /// Milliseconds since the last lap (or the start).
-    pub(crate) fn lap(&mut self) -> u64 {
-        let ms = self.at.elapsed().as_millis() as u64;
-        self.at = Instant::now();
-        ms
     }
 }
 

@@ -471,22 +471,17 @@ pub fn run_batch(batch: &[Input], cohort_edges: &[i64]) -> Result<Vec<Frames>, T
     let buckets = buckets(cohort_edges)?;
     let n = batch.len();
     // Each frame's time, for the debug log.
-    let mut at = std::time::Instant::now();
-    let mut lap = || {
-        let ms = at.elapsed().as_millis() as u64;
-        at = std::time::Instant::now();
-        ms
-    };
+    let mut laps = crate::progress::Laps::start();
     let (applications, connected_accounts) = applications_frame(batch).map_err(ctx("applications"))?;
-    let applications_ms = lap();
+    let applications_ms = laps.lap();
     let content_daily = content_frame(batch).map_err(ctx("content_daily"))?;
-    let content_ms = lap();
+    let content_ms = laps.lap();
     let wow_deltas = wow_frame(&content_daily).map_err(ctx("wow_deltas"))?;
-    let wow_ms = lap();
+    let wow_ms = laps.lap();
     let weekly_totals = weekly_frame(&content_daily).map_err(ctx("weekly_totals"))?;
-    let weekly_ms = lap();
+    let weekly_ms = laps.lap();
     let post_count_cohorts = cohorts_frame(batch, &buckets).map_err(ctx("post_count_cohorts"))?;
-    let cohorts_ms = lap();
+    let cohorts_ms = laps.lap();
     tracing::debug!(members = n, applications_ms, content_ms, wow_ms, weekly_ms, cohorts_ms, "transform stages (ms)");
     let split_all = |df: &DataFrame, table: &'static str| split(df, n).map_err(ctx(table)).map(Vec::into_iter);
     let mut applications = split_all(&applications, "applications")?;

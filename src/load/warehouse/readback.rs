@@ -439,12 +439,7 @@ pub fn load_rows(
     }
     let list = super::sql_list(orgs);
     // Each query's time, for the debug log.
-    let mut at = std::time::Instant::now();
-    let mut lap = || {
-        let ms = at.elapsed().as_millis() as u64;
-        at = std::time::Instant::now();
-        ms
-    };
+    let mut laps = crate::progress::Laps::start();
     read_keyed(
         conn,
         "runs",
@@ -453,7 +448,7 @@ pub fn load_rows(
         &mut out,
         |rows, run| rows.runs.push(run),
     )?;
-    let runs_ms = lap();
+    let runs_ms = laps.lap();
     read_keyed(
         conn,
         "content_daily",
@@ -464,7 +459,7 @@ pub fn load_rows(
         &mut out,
         |rows, row| rows.content.push(row),
     )?;
-    let content_ms = lap();
+    let content_ms = laps.lap();
     read_keyed(
         conn,
         crate::load::catalog::FINGERPRINTS,
@@ -478,43 +473,41 @@ pub fn load_rows(
             rows.fingerprints.insert(table, fingerprint);
         },
     )?;
-    let fingerprints_ms = lap();
-    if apps_of.is_empty() {
-        tracing::debug!(organizations = orgs.len(), runs_ms, content_ms, fingerprints_ms, "previous rows read (ms)");
-        return Ok(out);
+    let fingerprints_ms = laps.lap();
+    if !apps_of.is_empty() {
+        for org in apps_of {
+            out.entry(org.clone()).or_default().apps = Some(vec![]);
+        }
+        let list = super::sql_list(apps_of);
+        read_keyed(
+            conn,
+            "applications",
+            &format!(
+                "SELECT organization, {APPLICATION_COLUMNS} FROM applications WHERE organization IN ({list}) ORDER BY organization, id"
+            ),
+            observation,
+            &mut out,
+            |rows, app| rows.apps.get_or_insert_with(Vec::new).push(app),
+        )?;
+        // Each account to its application (sorted by id above).
+        read_keyed(
+            conn,
+            "connected_accounts",
+            &format!(
+                "SELECT organization, {ACCOUNT_COLUMNS} FROM connected_accounts WHERE organization IN ({list}) \
+                 ORDER BY organization, application_id, account_id"
+            ),
+            account,
+            &mut out,
+            |rows, (app_id, account)| add_account(rows.apps.get_or_insert_with(Vec::new), app_id, account),
+        )?;
     }
-    for org in apps_of {
-        out.entry(org.clone()).or_default().apps = Some(vec![]);
-    }
-    let list = super::sql_list(apps_of);
-    read_keyed(
-        conn,
-        "applications",
-        &format!(
-            "SELECT organization, {APPLICATION_COLUMNS} FROM applications WHERE organization IN ({list}) ORDER BY organization, id"
-        ),
-        observation,
-        &mut out,
-        |rows, app| rows.apps.get_or_insert_with(Vec::new).push(app),
-    )?;
-    // Each account to its application (sorted by id above).
-    read_keyed(
-        conn,
-        "connected_accounts",
-        &format!(
-            "SELECT organization, {ACCOUNT_COLUMNS} FROM connected_accounts WHERE organization IN ({list}) \
-             ORDER BY organization, application_id, account_id"
-        ),
-        account,
-        &mut out,
-        |rows, (app_id, account)| add_account(rows.apps.get_or_insert_with(Vec::new), app_id, account),
-    )?;
     tracing::debug!(
         organizations = orgs.len(),
         runs_ms,
         content_ms,
         fingerprints_ms,
-        applications_ms = lap(),
+        applications_ms = laps.lap(),
         "previous rows read (ms)"
     );
     Ok(out)
