@@ -118,12 +118,13 @@ pub(crate) fn write(
     tx.execute_batch(&sql).map_err(|e| LoadError::db("load the run's tables", e))?;
     let tables_ms = split.lap();
     let (changes, history_changed) = record_history(&tx, shape, &orgs)?;
+    let history_ms = split.lap();
     let history =
         catalog::TABLES.into_iter().find(|t| t.role == catalog::Role::History).expect("the catalog has the history");
     if shape == Shape::Fleet {
         check_keys(&tx, history, &format!("(SELECT * FROM {} WHERE organization IN ({list}))", history.name))?;
     }
-    let history_ms = split.lap();
+    let history_keys_ms = split.lap();
     // The frame tables' rows are the staged ones; the other exported tables are counted.
     let counted: Vec<&str> =
         catalog::TABLES.iter().filter(|t| t.exported && t.role != catalog::Role::Frame).map(|t| t.name).collect();
@@ -187,6 +188,7 @@ pub(crate) fn write(
         sql_ms,
         tables_ms,
         history_ms,
+        history_keys_ms,
         counts_ms,
         runs_ms,
         commit_ms,
@@ -433,6 +435,7 @@ fn record_history(
          (SELECT {group}id, min(valid_from) AS first FROM application_status_history {only}GROUP BY {group}id) AS f \
          WHERE {scope}{first_key}a.id = f.id AND f.first < a.first_seen_at"
     );
+    let mut laps = Laps::start();
     let failed = |e| LoadError::db("close changed statuses in `application_status_history`", e);
     let mut stmt = conn.prepare(&close).map_err(failed)?;
     let mut changed = BTreeMap::new();
@@ -440,6 +443,7 @@ fn record_history(
         *changed.entry(org.map_err(failed)?).or_insert(0) += 1;
     }
     drop(stmt);
+    let close_ms = laps.lap();
     let mut touched: BTreeSet<Option<String>> = changed.keys().cloned().collect();
     let failed = |e| LoadError::db("open statuses in `application_status_history`", e);
     let mut stmt = conn.prepare(&open).map_err(failed)?;
@@ -447,7 +451,9 @@ fn record_history(
         touched.insert(org.map_err(failed)?);
     }
     drop(stmt);
+    let open_ms = laps.lap();
     conn.execute_batch(&first).map_err(|e| LoadError::db("carry first sightings into `applications`", e))?;
+    tracing::debug!(close_ms, open_ms, first_ms = laps.lap(), "history stages (ms)");
     Ok((changed, touched))
 }
 
