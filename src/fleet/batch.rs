@@ -305,9 +305,18 @@ fn serve(
     // batch), and a run whose loads all fit in that time publishes once, at its end.
     // A warehouse left unpublished by a killed run counts from now.
     let mut unpublished_since: Option<Instant> = w.unpublished().then(Instant::now);
-    // The organizations whose previous state has not been asked yet, in the fleet's order:
-    // their syncs start together, so a read gathers the next ones' rows with its own.
+    // The organizations whose previous state has not been asked yet, in the fleet's order
+    // (those that asked are dropped from its front, and skipped further on): their syncs start
+    // together, so a read gathers the next ones' rows with its own.
     let mut to_ask: std::collections::VecDeque<String> = names.into();
+    let mut asked: BTreeSet<String> = BTreeSet::new();
+    // The organizations with loaded rows whose previous state was answered, in that order
+    // (their loads come in about that order), and those whose load came: while the writer has
+    // nothing else to do, the previous rows their loads merge with are read ahead, a batch at
+    // a time, at most `READ_AHEAD` batches' worth held.
+    let mut ahead: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+    let mut came: BTreeSet<String> = BTreeSet::new();
+    let held_at_most = READ_AHEAD * options.size.max(1);
     loop {
         // Wake for the open batch's deadline, and for the publish of loaded data when it is due.
         // No other organization can join the open batch: it closes once the channel is read.
@@ -324,22 +333,41 @@ fn serve(
         let publish_due = unpublished_since.map(|t| options.publish_every.saturating_sub(t.elapsed()));
         // While a batch is being prepared, look every few milliseconds whether it is ready.
         let prepared_due = preparing.as_ref().map(|_| PREPARED_POLL);
-        let timeout =
-            batch_due.into_iter().chain(publish_due).chain(prepared_due).min().unwrap_or(Duration::from_secs(3600));
+        // Reading ahead waits for a quiet moment.
+        let idle = preparing.is_none() && batch.is_empty() && !ahead.is_empty() && w.held_ahead() < held_at_most;
+        let read_ahead_due = idle.then_some(READ_AHEAD_IDLE);
+        let timeout = batch_due
+            .into_iter()
+            .chain(publish_due)
+            .chain(prepared_due)
+            .chain(read_ahead_due)
+            .min()
+            .unwrap_or(Duration::from_secs(3600));
         let received = inbox.recv_timeout(timeout);
         let timed_out = matches!(received, Err(mpsc::RecvTimeoutError::Timeout));
         if let Ok(Request::Previous { org, .. }) = &received {
-            to_ask.retain(|n| n != org);
+            asked.insert(org.clone());
+            while to_ask.front().is_some_and(|n| asked.contains(n)) {
+                to_ask.pop_front();
+            }
         }
         let ended = match received {
             Ok(Request::Previous { org, own, config, reply }) => {
                 let started = Instant::now();
                 let answer = w.adopt(&org, &own).and_then(|_| match w.has_loaded(&org) {
                     // Read with the next organizations' (their syncs start together), one query
-                    // per table.
+                    // per table: up to a batch of those whose rows are not held yet. Their
+                    // requests come in about, not exactly, the fleet's order (the runtime
+                    // interleaves their tasks' starts), so the rows of a few batches are held at
+                    // once, and at most `PREVIOUS_HELD` batches' worth.
                     true => {
-                        let next: Vec<String> =
-                            to_ask.iter().filter(|n| w.has_loaded(n)).take(options.size.max(1) - 1).cloned().collect();
+                        let room = (PREVIOUS_HELD * options.size.max(1)).saturating_sub(w.previous_held());
+                        let next: Vec<String> = to_ask
+                            .iter()
+                            .filter(|n| !asked.contains(*n) && w.has_loaded(n) && !w.holds_previous(n))
+                            .take((options.size.max(1) - 1).min(room))
+                            .cloned()
+                            .collect();
                         w.previous(
                             &org,
                             &next,
@@ -351,6 +379,9 @@ fn serve(
                     false => Ok((ExtractConfig { content_cursor: None, ..config }, None)),
                 });
                 tracing::debug!(organization = %org, us = started.elapsed().as_micros() as u64, "previous state read");
+                if w.has_loaded(&org) && !came.contains(&org) {
+                    ahead.push_back(org);
+                }
                 let _ = reply.send(answer.map_err(Error::from));
                 false
             }
@@ -371,6 +402,7 @@ fn serve(
                 false
             }
             Ok(Request::Load { member, committed, reply }) => {
+                came.insert(member.org.clone());
                 opened.get_or_insert_with(Instant::now);
                 batch.push((*member, (committed, reply)));
                 false
@@ -415,11 +447,48 @@ fn serve(
             // Published, or failed and tried again an interval later.
             unpublished_since = w.unpublished().then(Instant::now);
         }
+        if timed_out && preparing.is_none() && batch.is_empty() {
+            let room = held_at_most.saturating_sub(w.held_ahead()).min(options.size.max(1));
+            read_ahead(&mut w, &mut ahead, &came, room);
+        }
+    }
+}
+
+/// Reads ahead the previous rows of up to `room` of the next organizations of `ahead` whose
+/// load has not come ([`FleetWarehouse::read_ahead`]).
+fn read_ahead(
+    w: &mut FleetWarehouse,
+    ahead: &mut std::collections::VecDeque<String>,
+    came: &BTreeSet<String>,
+    room: usize,
+) {
+    let mut orgs = vec![];
+    while orgs.len() < room {
+        match ahead.pop_front() {
+            Some(org) if !came.contains(&org) => orgs.push(org),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    if !orgs.is_empty() {
+        let started = Instant::now();
+        let read = w.read_ahead(&orgs);
+        tracing::debug!(organizations = read, ms = started.elapsed().as_millis() as u64, "previous rows read ahead");
     }
 }
 
 /// The landings held in memory, in batches: one gathering while one commits and the next is prepared.
 const LANDINGS_IN_BATCHES: usize = 3;
+
+/// The organizations' previous states held before they ask, in batches: read a batch at a time
+/// ahead of requests that come in about the fleet's order.
+const PREVIOUS_HELD: usize = 8;
+
+/// The previous rows of loads to come held, read ahead, in batches ([`FleetWarehouse::read_ahead`]).
+const READ_AHEAD: usize = 10;
+
+/// How long the writer waits for a request before it reads ahead.
+const READ_AHEAD_IDLE: Duration = Duration::from_millis(100);
 
 /// How often the writer looks whether the batch being prepared is ready.
 const PREPARED_POLL: Duration = Duration::from_millis(5);

@@ -94,6 +94,10 @@ pub struct FleetWarehouse {
     /// Organizations' previous rows read with another's ([`FleetWarehouse::previous`]), until
     /// they ask for them; a write of an organization's rows drops its entry.
     previous: BTreeMap<String, warehouse::PreviousRows>,
+    /// The previous rows organizations' loads merge with, read ahead while the writer had
+    /// nothing else to do ([`FleetWarehouse::read_ahead`]), until their batch takes them; a
+    /// write of an organization's rows drops its entry.
+    ahead: BTreeMap<String, warehouse::LoadRows>,
 }
 
 impl FleetWarehouse {
@@ -110,6 +114,7 @@ impl FleetWarehouse {
             loaded: BTreeSet::new(),
             segments: Segments::new(),
             previous: BTreeMap::new(),
+            ahead: BTreeMap::new(),
         };
         super::clean_leftovers(out);
         // A publish killed after its export, or a snapshot missing or older than the writer's
@@ -240,8 +245,9 @@ impl FleetWarehouse {
 
     /// Runs `read` on organization `org`'s previous rows (its ledger and applications: what a
     /// sync reads before its first request) and the writer's connection. Rows not read yet are
-    /// read with those of `next` (the organizations that will ask next) in one query per table,
-    /// and kept until they ask. If that read fails, or `org`'s rows hold a value it cannot read,
+    /// read with those of `next` (the organizations that will ask next, whose rows are not held
+    /// already: [`FleetWarehouse::holds_previous`]) in one query per table, and kept until they
+    /// ask. If that read fails, or `org`'s rows hold a value it cannot read,
     /// `alone` reads `org`'s state through its views instead, as one organization's warehouse is
     /// read: another organization's damaged rows never fail it, and its own fail only where
     /// reading them alone would.
@@ -368,10 +374,14 @@ impl FleetWarehouse {
             .map(|m| m.org.clone())
             .collect();
         let started = std::time::Instant::now();
-        let mut previous = match with_state.is_empty() {
-            true => BTreeMap::new(),
-            false => self.read_load_rows(&with_state, &apps_of),
-        };
+        // Those read ahead are taken; the others' rows are read now.
+        let mut previous: BTreeMap<String, warehouse::LoadRows> =
+            with_state.iter().filter_map(|org| Some((org.clone(), self.ahead.remove(org)?))).collect();
+        let to_read: Vec<String> = with_state.iter().filter(|org| !previous.contains_key(*org)).cloned().collect();
+        if !to_read.is_empty() {
+            let apps_of: Vec<String> = apps_of.into_iter().filter(|org| !previous.contains_key(org)).collect();
+            previous.extend(self.read_load_rows(&to_read, &apps_of));
+        }
         // Each member's share of the batch's read, in its `read_state`.
         let share = started.elapsed().as_millis() as u64 / with_state.len().max(1) as u64;
         let mut read = BatchRead {
@@ -525,7 +535,7 @@ impl FleetWarehouse {
         let orgs: Vec<String> = named.iter().map(|(org, _)| org.clone()).collect();
         let ready: Vec<&Ready> = named.iter().map(|(_, r)| r).collect();
         for org in &orgs {
-            self.previous.remove(org);
+            self.forget_held(org);
         }
         let staged = match staged {
             Some(staged) => staged,
@@ -596,6 +606,60 @@ impl FleetWarehouse {
         self.loaded.contains(org)
     }
 
+    /// Whether organization `org`'s previous rows are held, read with another's
+    /// ([`FleetWarehouse::previous`]) and not asked for yet.
+    pub fn holds_previous(&self, org: &str) -> bool {
+        self.previous.contains_key(org)
+    }
+
+    /// How many organizations' previous rows are held ([`FleetWarehouse::holds_previous`]).
+    pub fn previous_held(&self) -> usize {
+        self.previous.len()
+    }
+
+    /// Reads the previous rows that the loads of `orgs` will merge with (their ledger,
+    /// content, fingerprints and applications, with one query per table, as a batch reads its
+    /// members'), and holds them until their batch takes them ([`FleetWarehouse::read_batch`]):
+    /// the writer reads ahead while it has nothing else to do. Organizations with nothing
+    /// loaded, and those held already, are skipped. A read that fails holds nothing: each
+    /// batch then reads its own. Returns how many were read.
+    pub fn read_ahead(&mut self, orgs: &[String]) -> usize {
+        let orgs: Vec<String> =
+            orgs.iter().filter(|org| self.loaded.contains(*org) && !self.ahead.contains_key(*org)).cloned().collect();
+        if orgs.is_empty() {
+            return 0;
+        }
+        let rows = self.conn().and_then(|conn| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| warehouse::load_rows(conn, &orgs, &orgs)))
+                .unwrap_or_else(|panic| Err(super::panicked("read the organizations' previous rows ahead", panic)))
+        });
+        match rows {
+            Ok(rows) => {
+                self.ahead.extend(rows);
+                orgs.len()
+            }
+            Err(e) => {
+                // A failed statement (or a panic) can leave the connection unusable: the next
+                // use reopens it.
+                self.close();
+                tracing::debug!(error = %crate::exit::with_causes(&e), "cannot read the organizations' previous rows ahead; their batches read them");
+                0
+            }
+        }
+    }
+
+    /// How many organizations' previous rows are read ahead and held
+    /// ([`FleetWarehouse::read_ahead`]).
+    pub fn held_ahead(&self) -> usize {
+        self.ahead.len()
+    }
+
+    /// Drops what is held of organization `org`'s rows, before a write of them.
+    fn forget_held(&mut self, org: &str) {
+        self.previous.remove(org);
+        self.ahead.remove(org);
+    }
+
     /// The runs of organization `org` the fleet warehouse has loaded (after taking its own
     /// warehouse in, [`FleetWarehouse::adopt`]): what a restore from the lake compares with.
     pub fn known_runs(&mut self, org: &str, own: &OutDir) -> Result<BTreeSet<String>, LoadError> {
@@ -655,7 +719,7 @@ impl FleetWarehouse {
         let path = sql_literal(&own.writer_warehouse().display().to_string());
         let org_literal = sql_literal(org);
         self.group.clear();
-        self.previous.remove(org);
+        self.forget_held(org);
         let conn = self.conn()?;
         conn.execute_batch(&format!("ATTACH {path} AS own_warehouse (READ_ONLY);"))
             .map_err(|e| LoadError::db(format!("open organization `{org}`'s own warehouse"), e))?;

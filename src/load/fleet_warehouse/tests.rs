@@ -600,3 +600,76 @@ fn members_with_unreadable_previous_rows_are_read_alone_and_load() {
         assert_eq!(count(conn, &sql), 14, "{org}");
     }
 }
+
+/// Rows read ahead ([`FleetWarehouse::read_ahead`]) load as rows read with the batch, and a
+/// write of an organization's rows outside a batch (here a restore taken in) drops what was
+/// read ahead of it: a load after that write merges with the rows it wrote, not the ones read
+/// before it.
+#[test]
+fn rows_read_ahead_load_as_the_batchs_own_and_a_write_drops_them() {
+    use ApplicationStatus::{Accepted, Pending};
+    // b's own warehouse, as a restore from the lake leaves it: a later run than the fleet's.
+    let own_dir = tempfile::tempdir().unwrap();
+    let own = OutDir::new(own_dir.path());
+    let own_config = crate::load::LoadConfig {
+        out: own.clone(),
+        cohort_edges: crate::transform::DEFAULT_COHORT_EDGES.to_vec(),
+        strict: false,
+        parquet_grace: Duration::from_secs(3600),
+        lake: None,
+    };
+    crate::load::load_extracted(&own_config, run("r2", &[(2, Accepted)], 7, 5), None).unwrap();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut ws: Vec<FleetWarehouse> =
+        dirs.iter().map(|d| FleetWarehouse::open(&OutDir::new(d.path()), Duration::from_secs(3600)).unwrap()).collect();
+    let orgs: Vec<String> = ["a", "b", "new"].iter().map(|s| s.to_string()).collect();
+    let load = |w: &mut FleetWarehouse, members: Vec<Member>| {
+        for (org, r) in w.load(members, &config(false)) {
+            r.unwrap_or_else(|e| panic!("{org}: {e}"));
+        }
+    };
+    for (i, w) in ws.iter_mut().enumerate() {
+        load(w, vec![member("a", run("r1", &[(1, Pending)], 7, 0)), member("b", run("r1", &[(2, Pending)], 7, 1))]);
+        if i == 0 {
+            // Read ahead: `new` has nothing loaded, so nothing is read of it.
+            assert_eq!(w.read_ahead(&orgs), 2);
+            assert_eq!(w.read_ahead(&orgs), 0, "held already");
+            assert_eq!(w.held_ahead(), 2);
+        }
+        // b's rows are written after the read ahead: its held rows go.
+        w.take_restored("b", &own, true).unwrap();
+        if i == 0 {
+            assert_eq!(w.held_ahead(), 1, "b's rows were written");
+        }
+        // A shorter window: the load keeps the days before it from the previous rows.
+        load(
+            w,
+            vec![
+                member("a", run("r3", &[(1, Accepted)], 3, 7)),
+                member("b", run("r3", &[(2, Accepted)], 3, 9)),
+                member("new", run("r1", &[(3, Pending)], 3, 11)),
+            ],
+        );
+        assert_eq!(w.held_ahead(), 0, "taken by the batch");
+    }
+    // Both warehouses hold the same rows, whatever was read ahead.
+    let [ahead, batch] = &mut ws[..] else { unreachable!() };
+    let path = sql_literal(&batch.out.writer_warehouse().display().to_string());
+    batch.close();
+    let conn = ahead.conn().unwrap();
+    conn.execute_batch(&format!("ATTACH {path} AS other (READ_ONLY);")).unwrap();
+    for table in ["content_daily", "applications", "application_status_history", "runs"] {
+        let columns = match table {
+            // Each warehouse's runs have their own times.
+            "runs" => "organization, run_id, status, sync_mode".to_string(),
+            _ => "*".to_string(),
+        };
+        let sql = format!(
+            "SELECT count(*) FROM ((SELECT {columns} FROM {table} EXCEPT ALL SELECT {columns} FROM other.{table}) \
+             UNION ALL (SELECT {columns} FROM other.{table} EXCEPT ALL SELECT {columns} FROM {table}))"
+        );
+        assert_eq!(count(conn, &sql), 0, "{table}");
+    }
+    let b_days = "SELECT count(*) FROM content_daily WHERE organization = 'b' AND current = 105";
+    assert_eq!(count(conn, b_days), 8, "b's days before its last window are r2's (two metrics, four days)");
+}

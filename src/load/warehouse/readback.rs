@@ -221,47 +221,47 @@ pub fn content_cursor(conn: &Connection) -> Result<Option<NaiveDate>, LoadError>
 /// The content cursor of a ledger's `(run_id, report_json)` rows ([`content_cursor`]); `conn`
 /// names the warehouse in an error.
 fn cursor_of(conn: &Connection, rows: Vec<(String, String)>) -> Result<Option<NaiveDate>, LoadError> {
-    let day = |v: &serde_json::Value| v.as_str().and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok());
+    cursor_from(conn, rows.iter().map(|(run_id, json)| loaded_until(run_id, json)))
+}
+
+/// The content cursor of the ledger's runs' [`loaded_until`]s, the first that cannot be read
+/// failing it; `conn` names the warehouse in the error.
+fn cursor_from(
+    conn: &Connection,
+    runs: impl IntoIterator<Item = Result<Option<NaiveDate>, String>>,
+) -> Result<Option<NaiveDate>, LoadError> {
     let mut last = None;
-    for (run_id, json) in rows {
-        let report: serde_json::Value = match serde_json::from_str(&json) {
-            Ok(report) => report,
-            Err(e) => {
-                let problem = format!("of run `{run_id}` is not JSON ({e}), so where incremental content starts is unknown (a run with `--from DATE` does not read it)");
-                return Err(in_file(
-                    conn,
-                    LoadError::Unreadable {
-                        table: "runs".into(),
-                        column: "report_json".into(),
-                        problem,
-                        warehouse: None,
-                    },
-                ));
-            }
-        };
-        let to = day(&report["content"]["to"]).ok_or_else(|| {
+    for loaded in runs {
+        let loaded = loaded.map_err(|problem| {
             in_file(
                 conn,
-                LoadError::Unreadable {
-                    table: "runs".into(),
-                    column: "report_json".into(),
-                    problem: format!("of run `{run_id}` has no readable `content.to`, where incremental content starts (a run with `--from DATE` does not read it)"),
-                    warehouse: None,
-                },
+                LoadError::Unreadable { table: "runs".into(), column: "report_json".into(), problem, warehouse: None },
             )
         })?;
-        // Days from a window the service had no statistics for are asked again: the run loaded
-        // up to the day before the first such window, or nothing when its range began with one.
-        let loaded = match day(&report["content"]["first_empty_day"]) {
-            None => Some(to),
-            Some(first_empty) if first_empty > day(&report["content"]["from"]).unwrap_or(first_empty) => {
-                first_empty.pred_opt().map(|d| d.min(to))
-            }
-            Some(_) => None,
-        };
         last = last.max(loaded);
     }
     Ok(last)
+}
+
+/// The last day of content run `run_id` loaded, from its `report_json` ([`content_cursor`]), or
+/// what about the report cannot be read.
+fn loaded_until(run_id: &str, json: &str) -> Result<Option<NaiveDate>, String> {
+    let day = |v: &serde_json::Value| v.as_str().and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok());
+    let report: serde_json::Value = serde_json::from_str(json).map_err(|e| {
+        format!("of run `{run_id}` is not JSON ({e}), so where incremental content starts is unknown (a run with `--from DATE` does not read it)")
+    })?;
+    let to = day(&report["content"]["to"]).ok_or_else(|| {
+        format!("of run `{run_id}` has no readable `content.to`, where incremental content starts (a run with `--from DATE` does not read it)")
+    })?;
+    // Days from a window the service had no statistics for are asked again: the run loaded up to
+    // the day before the first such window, or nothing when its range began with one.
+    Ok(match day(&report["content"]["first_empty_day"]) {
+        None => Some(to),
+        Some(first_empty) if first_empty > day(&report["content"]["from"]).unwrap_or(first_empty) => {
+            first_empty.pred_opt().map(|d| d.min(to))
+        }
+        Some(_) => None,
+    })
 }
 
 /// The run the warehouse loaded last.
@@ -609,8 +609,12 @@ pub struct PreviousRows {
     apps: Vec<(String, i64, i64, i64)>,
 }
 
-/// A `runs` row as the batch reader keeps it: run id, finished at, sync mode, sync scope, report.
-type LedgerRow = (String, Option<DateTime<Utc>>, Option<String>, Option<String>, Option<String>);
+/// A `runs` row as the batch reader keeps it: run id, finished at, sync mode, sync scope, and
+/// the last day of content its report says it loaded ([`loaded_until`]; `None`: no report),
+/// reduced so when read: a report is a few kilobytes, and the rows of several batches of
+/// organizations, each with every run of its ledger, are held until they ask.
+type LedgerRow =
+    (String, Option<DateTime<Utc>>, Option<String>, Option<String>, Option<Result<Option<NaiveDate>, String>>);
 
 /// The previous rows of the organizations `orgs` of the fleet warehouse `conn`, with one query
 /// per table; an organization without rows gets empty ones.
@@ -628,12 +632,14 @@ pub fn previous_rows(
         "runs",
         &format!("SELECT organization, run_id, finished_at, sync_mode, sync_scope, report_json FROM runs WHERE organization IN ({list})"),
         |c| {
+            let run_id = c.get::<String>("run_id")?;
+            let loaded = c.get::<Option<String>>("report_json")?.map(|json| loaded_until(&run_id, &json));
             Ok((
-                c.get::<String>("run_id")?,
+                run_id,
                 c.timestamp_opt("finished_at")?,
                 c.get::<Option<String>>("sync_mode")?,
                 c.get::<Option<String>>("sync_scope")?,
-                c.get::<Option<String>>("report_json")?,
+                loaded,
             ))
         },
         &mut out,
@@ -685,8 +691,7 @@ impl PreviousRows {
 
     /// [`content_cursor`] of these rows; `conn` names the warehouse in an error.
     pub fn content_cursor(&self, conn: &Connection) -> Result<Option<NaiveDate>, LoadError> {
-        let reports = self.runs.iter().filter_map(|r| Some((r.0.clone(), r.4.clone()?))).collect();
-        cursor_of(conn, reports)
+        cursor_from(conn, self.runs.iter().filter_map(|r| r.4.clone()))
     }
 }
 
