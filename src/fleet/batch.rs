@@ -95,6 +95,10 @@ enum Request {
         dir: std::path::PathBuf,
         reply: Reply<()>,
     },
+    /// The organization's sync has ended (its handle is dropped): what is held of its rows goes.
+    Ended {
+        org: String,
+    },
 }
 
 /// The running writer.
@@ -196,6 +200,13 @@ impl LoadToCome {
         if self.counted.swap(false, std::sync::atomic::Ordering::SeqCst) {
             self.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         }
+    }
+}
+
+impl Drop for OrgWarehouse {
+    fn drop(&mut self) {
+        // The writer may be gone already (a failed start): nothing is held then.
+        let _ = self.requests.send(Request::Ended { org: std::mem::take(&mut self.org) });
     }
 }
 
@@ -314,7 +325,7 @@ fn serve(
     // (their loads come in about that order), and those whose load came: while the writer has
     // nothing else to do, the previous rows their loads merge with are read ahead, a batch at
     // a time, at most `READ_AHEAD` batches' worth held.
-    let mut ahead: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+    let mut ahead: std::collections::VecDeque<(String, bool)> = std::collections::VecDeque::new();
     let mut came: BTreeSet<String> = BTreeSet::new();
     let held_at_most = READ_AHEAD * options.size.max(1);
     loop {
@@ -334,7 +345,12 @@ fn serve(
         // While a batch is being prepared, look every few milliseconds whether it is ready.
         let prepared_due = preparing.as_ref().map(|_| PREPARED_POLL);
         // Reading ahead waits for a quiet moment.
-        let idle = preparing.is_none() && batch.is_empty() && !ahead.is_empty() && w.held_ahead() < held_at_most;
+        let (held, held_bytes) = w.held_ahead();
+        let idle = preparing.is_none()
+            && batch.is_empty()
+            && !ahead.is_empty()
+            && held < held_at_most
+            && held_bytes < READ_AHEAD_BYTES;
         let read_ahead_due = idle.then_some(READ_AHEAD_IDLE);
         let timeout = batch_due
             .into_iter()
@@ -345,7 +361,7 @@ fn serve(
             .unwrap_or(Duration::from_secs(3600));
         let received = inbox.recv_timeout(timeout);
         let timed_out = matches!(received, Err(mpsc::RecvTimeoutError::Timeout));
-        if let Ok(Request::Previous { org, .. }) = &received {
+        if let Ok(Request::Previous { org, .. } | Request::Ended { org }) = &received {
             asked.insert(org.clone());
             while to_ask.front().is_some_and(|n| asked.contains(n)) {
                 to_ask.pop_front();
@@ -354,6 +370,9 @@ fn serve(
         let ended = match received {
             Ok(Request::Previous { org, own, config, reply }) => {
                 let started = Instant::now();
+                // A load outside the whole scope keeps the loaded applications outside it.
+                let statuses: Vec<String> = config.statuses.iter().map(|s| s.to_string()).collect();
+                let narrowed = crate::load::warehouse::scope_filter(&statuses, config.campaign_id).is_some();
                 let answer = w.adopt(&org, &own).and_then(|_| match w.has_loaded(&org) {
                     // Read with the next organizations' (their syncs start together), one query
                     // per table: up to a batch of those whose rows are not held yet. Their
@@ -361,7 +380,10 @@ fn serve(
                     // interleaves their tasks' starts), so the rows of a few batches are held at
                     // once, and at most `PREVIOUS_HELD` batches' worth.
                     true => {
-                        let room = (PREVIOUS_HELD * options.size.max(1)).saturating_sub(w.previous_held());
+                        let room = match w.holds_previous(&org) {
+                            true => 0,
+                            false => (PREVIOUS_HELD * options.size.max(1)).saturating_sub(w.previous_held()),
+                        };
                         let next: Vec<String> = to_ask
                             .iter()
                             .filter(|n| !asked.contains(*n) && w.has_loaded(n) && !w.holds_previous(n))
@@ -380,7 +402,9 @@ fn serve(
                 });
                 tracing::debug!(organization = %org, us = started.elapsed().as_micros() as u64, "previous state read");
                 if w.has_loaded(&org) && !came.contains(&org) {
-                    ahead.push_back(org);
+                    // A quick sync (it has a snapshot) or a narrowed one keeps loaded applications.
+                    let quick = matches!(&answer, Ok((_, Some(_))));
+                    ahead.push_back((org, quick || narrowed));
                 }
                 let _ = reply.send(answer.map_err(Error::from));
                 false
@@ -399,6 +423,11 @@ fn serve(
             }
             Ok(Request::Stage { org, tables, dir, reply }) => {
                 let _ = reply.send(w.stage_lake(&[org], &tables, &dir).map(|_| ()).map_err(Error::from));
+                false
+            }
+            Ok(Request::Ended { org }) => {
+                came.insert(org.clone());
+                w.let_go(&org);
                 false
             }
             Ok(Request::Load { member, committed, reply }) => {
@@ -447,8 +476,9 @@ fn serve(
             // Published, or failed and tried again an interval later.
             unpublished_since = w.unpublished().then(Instant::now);
         }
-        if timed_out && preparing.is_none() && batch.is_empty() {
-            let room = held_at_most.saturating_sub(w.held_ahead()).min(options.size.max(1));
+        // Idle still: nothing came, no batch opened or is being prepared (a publish may have run).
+        if timed_out && idle && preparing.is_none() && batch.is_empty() {
+            let room = held_at_most.saturating_sub(held).min(options.size.max(1));
             read_ahead(&mut w, &mut ahead, &came, room);
         }
     }
@@ -458,14 +488,14 @@ fn serve(
 /// load has not come ([`FleetWarehouse::read_ahead`]).
 fn read_ahead(
     w: &mut FleetWarehouse,
-    ahead: &mut std::collections::VecDeque<String>,
+    ahead: &mut std::collections::VecDeque<(String, bool)>,
     came: &BTreeSet<String>,
     room: usize,
 ) {
     let mut orgs = vec![];
     while orgs.len() < room {
         match ahead.pop_front() {
-            Some(org) if !came.contains(&org) => orgs.push(org),
+            Some((org, apps)) if !came.contains(&org) => orgs.push((org, apps)),
             Some(_) => {}
             None => break,
         }
@@ -484,8 +514,11 @@ const LANDINGS_IN_BATCHES: usize = 3;
 /// ahead of requests that come in about the fleet's order.
 const PREVIOUS_HELD: usize = 8;
 
-/// The previous rows of loads to come held, read ahead, in batches ([`FleetWarehouse::read_ahead`]).
+/// The previous rows of loads to come held, read ahead, in batches ([`FleetWarehouse::read_ahead`]),
+/// and in bytes (about: [`crate::load::warehouse::LoadRows::approximate_bytes`]): a read ahead
+/// starts only below both.
 const READ_AHEAD: usize = 10;
+const READ_AHEAD_BYTES: usize = 256 << 20;
 
 /// How long the writer waits for a request before it reads ahead.
 const READ_AHEAD_IDLE: Duration = Duration::from_millis(100);

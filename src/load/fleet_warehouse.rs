@@ -98,6 +98,8 @@ pub struct FleetWarehouse {
     /// nothing else to do ([`FleetWarehouse::read_ahead`]), until their batch takes them; a
     /// write of an organization's rows drops its entry.
     ahead: BTreeMap<String, warehouse::LoadRows>,
+    /// About how many bytes `ahead` holds ([`warehouse::LoadRows::approximate_bytes`]).
+    ahead_bytes: usize,
 }
 
 impl FleetWarehouse {
@@ -115,6 +117,7 @@ impl FleetWarehouse {
             segments: Segments::new(),
             previous: BTreeMap::new(),
             ahead: BTreeMap::new(),
+            ahead_bytes: 0,
         };
         super::clean_leftovers(out);
         // A publish killed after its export, or a snapshot missing or older than the writer's
@@ -374,9 +377,16 @@ impl FleetWarehouse {
             .map(|m| m.org.clone())
             .collect();
         let started = std::time::Instant::now();
-        // Those read ahead are taken; the others' rows are read now.
-        let mut previous: BTreeMap<String, warehouse::LoadRows> =
-            with_state.iter().filter_map(|org| Some((org.clone(), self.ahead.remove(org)?))).collect();
+        // Those read ahead are taken (but those read without the applications their load keeps);
+        // the others' rows are read now.
+        let mut previous: BTreeMap<String, warehouse::LoadRows> = BTreeMap::new();
+        for org in &with_state {
+            if let Some(rows) = self.take_ahead(org) {
+                if rows.has_applications() || !apps_of.contains(org) {
+                    previous.insert(org.clone(), rows);
+                }
+            }
+        }
         let to_read: Vec<String> = with_state.iter().filter(|org| !previous.contains_key(*org)).cloned().collect();
         if !to_read.is_empty() {
             let apps_of: Vec<String> = apps_of.into_iter().filter(|org| !previous.contains_key(org)).collect();
@@ -618,46 +628,64 @@ impl FleetWarehouse {
     }
 
     /// Reads the previous rows that the loads of `orgs` will merge with (their ledger,
-    /// content, fingerprints and applications, with one query per table, as a batch reads its
-    /// members'), and holds them until their batch takes them ([`FleetWarehouse::read_batch`]):
-    /// the writer reads ahead while it has nothing else to do. Organizations with nothing
-    /// loaded, and those held already, are skipped. A read that fails holds nothing: each
-    /// batch then reads its own. Returns how many were read.
-    pub fn read_ahead(&mut self, orgs: &[String]) -> usize {
-        let orgs: Vec<String> =
-            orgs.iter().filter(|org| self.loaded.contains(*org) && !self.ahead.contains_key(*org)).cloned().collect();
-        if orgs.is_empty() {
+    /// content and fingerprints, and the applications of those marked `true`: the loads that
+    /// keep loaded applications; with one query per table, as a batch reads its members'), and
+    /// holds them until their batch takes them ([`FleetWarehouse::read_batch`]) or they are let
+    /// go ([`FleetWarehouse::let_go`]): the writer reads ahead while it has nothing else to do.
+    /// Organizations with nothing loaded, and those held already, are skipped. A read that
+    /// fails holds nothing: each batch then reads its own. Returns how many were read.
+    pub fn read_ahead(&mut self, orgs: &[(String, bool)]) -> usize {
+        let wanted: Vec<&(String, bool)> =
+            orgs.iter().filter(|(org, _)| self.loaded.contains(org) && !self.ahead.contains_key(org)).collect();
+        if wanted.is_empty() {
             return 0;
         }
+        let names: Vec<String> = wanted.iter().map(|(org, _)| org.clone()).collect();
+        let apps_of: Vec<String> = wanted.iter().filter(|(_, apps)| *apps).map(|(org, _)| org.clone()).collect();
         let rows = self.conn().and_then(|conn| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| warehouse::load_rows(conn, &orgs, &orgs)))
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| warehouse::load_rows(conn, &names, &apps_of)))
                 .unwrap_or_else(|panic| Err(super::panicked("read the organizations' previous rows ahead", panic)))
         });
         match rows {
             Ok(rows) => {
+                self.ahead_bytes += rows.values().map(warehouse::LoadRows::approximate_bytes).sum::<usize>();
                 self.ahead.extend(rows);
-                orgs.len()
+                names.len()
             }
             Err(e) => {
                 // A failed statement (or a panic) can leave the connection unusable: the next
                 // use reopens it.
                 self.close();
-                tracing::debug!(error = %crate::exit::with_causes(&e), "cannot read the organizations' previous rows ahead; their batches read them");
+                tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the organizations' previous rows ahead; their batches read them");
                 0
             }
         }
     }
 
     /// How many organizations' previous rows are read ahead and held
-    /// ([`FleetWarehouse::read_ahead`]).
-    pub fn held_ahead(&self) -> usize {
-        self.ahead.len()
+    /// ([`FleetWarehouse::read_ahead`]), and about how many bytes they hold.
+    pub fn held_ahead(&self) -> (usize, usize) {
+        (self.ahead.len(), self.ahead_bytes)
+    }
+
+    /// Takes organization `org`'s rows read ahead.
+    fn take_ahead(&mut self, org: &str) -> Option<warehouse::LoadRows> {
+        let rows = self.ahead.remove(org)?;
+        self.ahead_bytes = self.ahead_bytes.saturating_sub(rows.approximate_bytes());
+        Some(rows)
     }
 
     /// Drops what is held of organization `org`'s rows, before a write of them.
     fn forget_held(&mut self, org: &str) {
         self.previous.remove(org);
-        self.ahead.remove(org);
+        self.take_ahead(org);
+    }
+
+    /// Drops what is held of organization `org`'s rows because its sync has ended: rows read
+    /// with another's or ahead that it never took (its sync failed before it asked, or before
+    /// its load).
+    pub fn let_go(&mut self, org: &str) {
+        self.forget_held(org);
     }
 
     /// The runs of organization `org` the fleet warehouse has loaded (after taking its own

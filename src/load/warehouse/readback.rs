@@ -587,6 +587,35 @@ impl LoadRows {
         std::mem::take(&mut self.content)
     }
 
+    /// Whether its applications were read ([`load_rows`]'s `apps_of`).
+    pub fn has_applications(&self) -> bool {
+        self.apps.is_some()
+    }
+
+    /// About how many bytes these rows hold in memory (their content rows, and their
+    /// applications with their strings and accounts): what bounds the rows read ahead.
+    pub fn approximate_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let apps: usize = self
+            .apps
+            .iter()
+            .flatten()
+            .map(|o| {
+                size_of::<Observation>()
+                    + o.app.campaign_name.len()
+                    + o.app.creator_name.len()
+                    + o.app.email.as_ref().map_or(0, String::len)
+                    + o.app
+                        .connected_accounts
+                        .iter()
+                        .map(|a| size_of::<ConnectedAccount>() + a.username.as_ref().map_or(0, String::len))
+                        .sum::<usize>()
+            })
+            .sum();
+        let runs: usize = self.runs.iter().map(|r| size_of::<(String, Option<DateTime<Utc>>)>() + r.0.len()).sum();
+        self.content.len() * size_of::<ContentRow>() + apps + runs
+    }
+
     /// The applications of which `keep` holds, sorted by id as [`applications_where`] gives
     /// them; `None` when they were not read ([`load_rows`]'s `apps_of`).
     pub fn applications_if(&self, keep: impl Fn(&Observation) -> bool) -> Option<Vec<Observation>> {
@@ -799,6 +828,61 @@ mod previous_tests {
                 assert_eq!(format!("{got:?}"), format!("{want:?}"), "{org} {statuses:?} {campaign:?}");
             }
             assert_eq!(mine.content_cursor(&conn).unwrap(), content_cursor(&single).unwrap(), "{org}");
+        }
+    }
+
+    /// The batch reader's content cursor is the one-organization reader's for the reports it
+    /// reads: none, one that is not JSON, one without `content.to`, and windows without
+    /// statistics (the same value, or the same error but the warehouse's name).
+    #[test]
+    fn the_batch_readers_content_cursor_is_the_one_organization_readers_for_every_report() {
+        let empty = |from: &str, to: &str, first: &str| {
+            format!("{{\"content\":{{\"from\":\"{from}\",\"to\":\"{to}\",\"first_empty_day\":\"{first}\"}}}}")
+        };
+        let ledgers: Vec<Vec<Option<String>>> = vec![
+            vec![None],
+            vec![None, Some(r#"{"content":{"to":"2026-01-04"}}"#.into())],
+            vec![Some(r#"{"content":{"to":"2026-01-04"}}"#.into()), Some("not json".into())],
+            vec![Some(r#"{"content":{"from":"2026-01-01"}}"#.into())],
+            vec![Some(empty("2026-01-01", "2026-01-09", "2026-01-05"))],
+            vec![
+                Some(empty("2026-01-01", "2026-01-09", "2026-01-01")),
+                Some(r#"{"content":{"to":"2025-12-01"}}"#.into()),
+            ],
+            vec![Some(empty("2026-01-01", "2026-01-09", "2026-01-20"))],
+        ];
+        for (i, reports) in ledgers.iter().enumerate() {
+            let fleet = Connection::open_in_memory().unwrap();
+            let single = Connection::open_in_memory().unwrap();
+            fleet.execute_batch("CREATE TABLE runs (organization VARCHAR, run_id VARCHAR, finished_at TIMESTAMPTZ, sync_mode VARCHAR, sync_scope VARCHAR, report_json VARCHAR); CREATE TABLE applications (organization VARCHAR, status VARCHAR, applied_at TIMESTAMPTZ, id BIGINT, campaign_id BIGINT);").unwrap();
+            single.execute_batch("CREATE TABLE runs (run_id VARCHAR, finished_at TIMESTAMPTZ, sync_mode VARCHAR, sync_scope VARCHAR, report_json VARCHAR);").unwrap();
+            for (j, report) in reports.iter().enumerate() {
+                let (run, at) = (format!("r{j}"), format!("2026-02-0{}", j + 1));
+                fleet
+                    .execute(
+                        "INSERT INTO runs VALUES ('o', ?, ?::TIMESTAMPTZ, 'full', 'all', ?)",
+                        duckdb::params![run, at, report],
+                    )
+                    .unwrap();
+                single
+                    .execute(
+                        "INSERT INTO runs VALUES (?, ?::TIMESTAMPTZ, 'full', 'all', ?)",
+                        duckdb::params![run, at, report],
+                    )
+                    .unwrap();
+            }
+            let rows = previous_rows(&fleet, &["o".into()]).unwrap();
+            let strip = |r: Result<Option<NaiveDate>, LoadError>| match r {
+                Ok(day) => format!("{day:?}"),
+                Err(LoadError::Unreadable { table, column, problem, .. }) => format!("{table}.{column}: {problem}"),
+                Err(e) => format!("other error: {e}"),
+            };
+            let batch = strip(rows["o"].content_cursor(&fleet));
+            assert_eq!(batch, strip(content_cursor(&single)), "ledger {i}");
+            assert!(
+                i < 2 || i == 4 || i == 6 || batch.contains("report_json") || batch != "None",
+                "ledger {i}: {batch}"
+            );
         }
     }
 }
