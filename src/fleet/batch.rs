@@ -478,7 +478,13 @@ fn serve(
         }
         // Idle still: nothing came, no batch opened or is being prepared (a publish may have run).
         if timed_out && idle && preparing.is_none() && batch.is_empty() {
-            let room = held_at_most.saturating_sub(held).min(options.size.max(1));
+            // As many as the bytes left allow at the rows held so far's average (a batch's worth
+            // when none are held).
+            let by_bytes = match held {
+                0 => usize::MAX,
+                n => (READ_AHEAD_BYTES - held_bytes) / (held_bytes / n).max(1),
+            };
+            let room = held_at_most.saturating_sub(held).min(options.size.max(1)).min(by_bytes.max(1));
             read_ahead(&mut w, &mut ahead, &came, room);
         }
     }

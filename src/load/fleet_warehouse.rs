@@ -100,6 +100,8 @@ pub struct FleetWarehouse {
     ahead: BTreeMap<String, warehouse::LoadRows>,
     /// About how many bytes `ahead` holds ([`warehouse::LoadRows::approximate_bytes`]).
     ahead_bytes: usize,
+    /// A read ahead failed: the run reads no more ahead (each batch reads its own rows).
+    ahead_failed: bool,
 }
 
 impl FleetWarehouse {
@@ -118,6 +120,7 @@ impl FleetWarehouse {
             previous: BTreeMap::new(),
             ahead: BTreeMap::new(),
             ahead_bytes: 0,
+            ahead_failed: false,
         };
         super::clean_leftovers(out);
         // A publish killed after its export, or a snapshot missing or older than the writer's
@@ -633,11 +636,12 @@ impl FleetWarehouse {
     /// holds them until their batch takes them ([`FleetWarehouse::read_batch`]) or they are let
     /// go ([`FleetWarehouse::let_go`]): the writer reads ahead while it has nothing else to do.
     /// Organizations with nothing loaded, and those held already, are skipped. A read that
-    /// fails holds nothing: each batch then reads its own. Returns how many were read.
+    /// fails holds nothing and ends reading ahead for the run: each batch then reads its own.
+    /// Returns how many were read.
     pub fn read_ahead(&mut self, orgs: &[(String, bool)]) -> usize {
         let wanted: Vec<&(String, bool)> =
             orgs.iter().filter(|(org, _)| self.loaded.contains(org) && !self.ahead.contains_key(org)).collect();
-        if wanted.is_empty() {
+        if wanted.is_empty() || self.ahead_failed {
             return 0;
         }
         let names: Vec<String> = wanted.iter().map(|(org, _)| org.clone()).collect();
@@ -656,7 +660,8 @@ impl FleetWarehouse {
                 // A failed statement (or a panic) can leave the connection unusable: the next
                 // use reopens it.
                 self.close();
-                tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the organizations' previous rows ahead; their batches read them");
+                self.ahead_failed = true;
+                tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the organizations' previous rows ahead; this run reads no more ahead, and each batch reads its own");
                 0
             }
         }
