@@ -491,7 +491,7 @@ fn serve(
 }
 
 /// Reads ahead the previous rows of up to `room` of the next organizations of `ahead` whose
-/// load has not come ([`FleetWarehouse::read_ahead`]).
+/// load has not come nor sync ended (`came`) ([`FleetWarehouse::read_ahead`]).
 fn read_ahead(
     w: &mut FleetWarehouse,
     ahead: &mut std::collections::VecDeque<(String, bool)>,

@@ -96,7 +96,7 @@ pub struct FleetWarehouse {
     previous: BTreeMap<String, warehouse::PreviousRows>,
     /// The previous rows organizations' loads merge with, read ahead while the writer had
     /// nothing else to do ([`FleetWarehouse::read_ahead`]), until their batch takes them; a
-    /// write of an organization's rows drops its entry.
+    /// write of an organization's rows, or the end of its sync, drops its entry.
     ahead: BTreeMap<String, warehouse::LoadRows>,
     /// About how many bytes `ahead` holds ([`warehouse::LoadRows::approximate_bytes`]).
     ahead_bytes: usize,
