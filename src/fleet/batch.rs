@@ -372,7 +372,7 @@ fn serve(
                 let started = Instant::now();
                 // A load outside the whole scope keeps the loaded applications outside it.
                 let statuses: Vec<String> = config.statuses.iter().map(|s| s.to_string()).collect();
-                let narrowed = crate::load::warehouse::scope_filter(&statuses, config.campaign_id).is_some();
+                let narrowed = crate::load::prepare::keeps_out_of_scope(&statuses, config.campaign_id);
                 let answer = w.adopt(&org, &own).and_then(|_| match w.has_loaded(&org) {
                     // Read with the next organizations' (their syncs start together), one query
                     // per table: up to a batch of those whose rows are not held yet. Their

@@ -268,16 +268,13 @@ impl FleetWarehouse {
             let asked: Vec<String> = std::iter::once(org.to_owned())
                 .chain(next.iter().filter(|n| *n != org && !self.previous.contains_key(*n)).cloned())
                 .collect();
-            let conn = self.conn()?;
-            let rows =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| warehouse::previous_rows(conn, &asked)))
-                    .unwrap_or_else(|panic| Err(super::panicked("read the organizations' previous states", panic)));
-            match rows {
+            // A warehouse that cannot be opened fails the organization, as before any read.
+            self.conn()?;
+            match self
+                .read_together("read the organizations' previous states", |conn| warehouse::previous_rows(conn, &asked))
+            {
                 Ok(rows) => self.previous.extend(rows),
                 Err(e) => {
-                    // A failed statement (or a panic) can leave the connection unusable: the
-                    // next use reopens it.
-                    self.close();
                     tracing::warn!(organization = %org, error = %crate::exit::with_causes(&e), "cannot read the organizations' previous states together; reading this one's alone");
                 }
             }
@@ -331,17 +328,29 @@ impl FleetWarehouse {
     /// ([`warehouse::load_rows`]), the applications of `apps_of` included. None if that read
     /// fails: each member is then read alone through its views.
     fn read_load_rows(&mut self, orgs: &[String], apps_of: &[String]) -> BTreeMap<String, warehouse::LoadRows> {
-        let rows = self.conn().and_then(|conn| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| warehouse::load_rows(conn, orgs, apps_of)))
-                .unwrap_or_else(|panic| Err(super::panicked("read the batch's previous rows", panic)))
+        self.read_together("read the batch's previous rows", |conn| warehouse::load_rows(conn, orgs, apps_of))
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the batch's previous rows together; reading them one by one");
+                BTreeMap::new()
+            })
+    }
+
+    /// Runs `read`, a read of many organizations' rows, on the writer's connection; a panic is
+    /// its error (`what` it was doing). An error closes the connection: a failed statement (or
+    /// a panic) can leave it unusable, and the next use reopens it.
+    fn read_together<T>(
+        &mut self,
+        what: &str,
+        read: impl FnOnce(&Connection) -> Result<T, LoadError>,
+    ) -> Result<T, LoadError> {
+        let result = self.conn().and_then(|conn| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(conn)))
+                .unwrap_or_else(|panic| Err(super::panicked(what, panic)))
         });
-        rows.unwrap_or_else(|e| {
-            // A failed statement (or a panic) can leave the connection unusable: the next use
-            // reopens it.
+        if result.is_err() {
             self.close();
-            tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the batch's previous rows together; reading them one by one");
-            BTreeMap::new()
-        })
+        }
+        result
     }
 
     /// Loads a batch: every member prepared, then all of them committed in one transaction.
@@ -646,9 +655,8 @@ impl FleetWarehouse {
         }
         let names: Vec<String> = wanted.iter().map(|(org, _)| org.clone()).collect();
         let apps_of: Vec<String> = wanted.iter().filter(|(_, apps)| *apps).map(|(org, _)| org.clone()).collect();
-        let rows = self.conn().and_then(|conn| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| warehouse::load_rows(conn, &names, &apps_of)))
-                .unwrap_or_else(|panic| Err(super::panicked("read the organizations' previous rows ahead", panic)))
+        let rows = self.read_together("read the organizations' previous rows ahead", |conn| {
+            warehouse::load_rows(conn, &names, &apps_of)
         });
         match rows {
             Ok(rows) => {
@@ -657,9 +665,6 @@ impl FleetWarehouse {
                 names.len()
             }
             Err(e) => {
-                // A failed statement (or a panic) can leave the connection unusable: the next
-                // use reopens it.
-                self.close();
                 self.ahead_failed = true;
                 tracing::warn!(error = %crate::exit::with_causes(&e), "cannot read the organizations' previous rows ahead; this run reads no more ahead, and each batch reads its own");
                 0

@@ -95,7 +95,7 @@ impl PreviousState for warehouse::LoadRows {
 }
 
 /// Whether a run of this scope keeps applications of the warehouse outside it.
-fn keeps_out_of_scope(statuses: &[String], campaign_id: Option<i64>) -> bool {
+pub(crate) fn keeps_out_of_scope(statuses: &[String], campaign_id: Option<i64>) -> bool {
     warehouse::scope_filter(statuses, campaign_id).is_some()
 }
 
