@@ -131,7 +131,7 @@ pub async fn exec(args: &LoadArgs, global: &GlobalArgs) -> Result<u8, Error> {
             restore_from_lake(&out, lake, None).await?;
         }
         log.enter(Stage::Load);
-        let mut loaded = load_blocking(config, run_id.clone(), Some(report)).await?;
+        let mut loaded = load_blocking(config, run_id.clone(), Some(report), None).await?;
         log.done(Stage::Load, Some(&run_id));
         if let Some(lake) = &lake {
             log.enter(Stage::Lake);

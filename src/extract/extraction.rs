@@ -15,7 +15,7 @@ use super::plan::{self, Plan};
 use super::quick::{self, Snapshot};
 use super::raw::{self, RawWriter};
 use super::report::{self, ExtractReport, Findings, Invocation, RunStatus};
-use super::runs::{self, ClosingCheck, QuickLanding, RunSpec};
+use super::runs::{self, ClosingCheck, Extracted, QuickLanding, RunSpec};
 use super::{ExtractConfig, ExtractError, SyncMode};
 use crate::api::models::ApplicationStatus;
 use crate::api::{Client, MAX_APPLICATIONS_PER_PAGE};
@@ -76,6 +76,15 @@ impl Extraction<'_> {
     /// Crawls what the plan left (nothing with `--plan-only`) and writes the report. On failure
     /// or interruption the landing and the report are saved before the error is returned.
     pub async fn finish(self) -> Result<ExtractReport, ExtractError> {
+        self.finish_landed().await.map(|(report, _)| report)
+    }
+
+    /// [`Extraction::finish`], with what the landing holds when the run completed, as this
+    /// invocation holds it in memory: the same records' data as [`runs::read_extracted`] reads
+    /// back from disk (the landing is built record by record as they are written, and a resumed
+    /// run's from the records read back), so that a load that follows at once need not read
+    /// and parse the landing again. `None` unless the run completed.
+    pub async fn finish_landed(self) -> Result<(ExtractReport, Option<Extracted>), ExtractError> {
         let Extraction { plan, mut run } = self;
         tracing::info!(
             requests = plan.application_requests + plan.content_requests,
@@ -273,8 +282,12 @@ impl<'a> Run<'a> {
     }
 
     /// Ends the invocation: saves the landing and its request counters, writes the report, and
-    /// marks a completed run; then returns the report, or the error that ended the run.
-    fn conclude(self, result: Result<RunStatus, ExtractError>) -> Result<ExtractReport, ExtractError> {
+    /// marks a completed run; then returns the report and, for a completed run, what its landing
+    /// holds ([`Extraction::finish_landed`]), or the error that ended the run.
+    fn conclude(
+        self,
+        result: Result<RunStatus, ExtractError>,
+    ) -> Result<(ExtractReport, Option<Extracted>), ExtractError> {
         let Run {
             config,
             client,
@@ -320,11 +333,16 @@ impl<'a> Run<'a> {
         for w in &report.warnings {
             tracing::warn!(warning = %w, "data quality");
         }
-        if report.status == RunStatus::Completed {
+        let completed = report.status == RunStatus::Completed;
+        if completed {
             runs::complete(&config.out, &spec.run_id, config.keep_raw)?;
         }
         write_json_atomic(&config.out.report_path(&spec.run_id), &report)?;
-        result.map(|_| report)
+        result?;
+        // A landing that cannot be handed over (its `quick.json` unreadable) is read back by the
+        // load, which reports why.
+        let landed = completed.then(|| Extracted::from_landing(&config.out, spec, landing, true).ok()).flatten();
+        Ok((report, landed))
     }
 }
 

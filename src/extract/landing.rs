@@ -310,9 +310,10 @@ impl Landing {
         self.pages.iter().filter(|((s, _), _)| s == status).map(|(_, m)| m.len() as u64).sum()
     }
 
-    /// Latest observation per application, by id.
-    pub fn applications(&self) -> Vec<&Observation> {
-        let mut v: Vec<&Observation> = self.observations.values().collect();
+    /// The latest observation of each application, ordered by id: taken, so that they are not
+    /// held twice.
+    pub fn into_applications(self) -> Vec<Observation> {
+        let mut v: Vec<Observation> = self.observations.into_values().collect();
         v.sort_by_key(|o| o.app.id);
         v
     }

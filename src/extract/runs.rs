@@ -357,13 +357,23 @@ pub fn read_extracted(out: &OutDir, run_id: &str) -> Result<Extracted, ExtractEr
     let dir = out.raw_dir(run_id);
     let spec = read_spec(out, run_id)?;
     let landing = Landing::from_records(&raw::read_run(&dir)?);
-    Ok(Extracted {
-        spec,
-        applications: landing.applications().into_iter().cloned().collect(),
-        content: landing.content(),
-        complete: is_complete(&dir),
-        quick: read_quick(out, run_id)?,
-    })
+    Extracted::from_landing(out, spec, landing, is_complete(&dir))
+}
+
+impl Extracted {
+    /// What `landing` holds, for a load, whether read back ([`read_extracted`]) or as the
+    /// invocation that landed it holds it: one conversion for both, which takes the landing so
+    /// that its applications are not held twice. `complete`: the run's `COMPLETE` mark is written.
+    pub(crate) fn from_landing(
+        out: &OutDir,
+        spec: RunSpec,
+        landing: Landing,
+        complete: bool,
+    ) -> Result<Extracted, ExtractError> {
+        let quick = read_quick(out, &spec.run_id)?;
+        let content = landing.content();
+        Ok(Extracted { spec, applications: landing.into_applications(), content, complete, quick })
+    }
 }
 
 #[cfg(test)]

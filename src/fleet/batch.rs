@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use tokio::sync::{oneshot, Semaphore};
 
-use crate::extract::{ExtractConfig, ExtractReport, Snapshot};
+use crate::extract::{ExtractConfig, ExtractReport, Extracted, Snapshot};
 use crate::load::fleet_warehouse::{prepare_batch, BatchConfig, BatchRead, FleetWarehouse, Member, PreparedBatch};
 use crate::load::lake::LakeConfig;
 use crate::load::{LoadError, LoadReport};
@@ -234,15 +234,23 @@ impl SharedWarehouse for OrgWarehouse {
         self.ask(|reply| Request::Previous { org: self.org.clone(), own: self.own.clone(), config, reply })
     }
 
-    fn load<'a>(&'a self, report: ExtractReport, log: &'a StageLog) -> BoxFuture<'a, Result<LoadReport, Error>> {
+    fn load<'a>(
+        &'a self,
+        report: ExtractReport,
+        landed: Option<Extracted>,
+        log: &'a StageLog,
+    ) -> BoxFuture<'a, Result<LoadReport, Error>> {
         Box::pin(async move {
-            // The landing is read here, on a blocking thread, while the writer loads earlier
-            // batches; the permit bounds the landings held in memory.
+            // The permit bounds the loads gathered for the batches. The landing the extract
+            // handed over stays in memory until then, as it was during the extract (within the
+            // organization's slot in flight); one that was not is read back here, on a blocking
+            // thread, while the writer loads earlier batches.
             let _held = self.landings.clone().acquire_owned().await.map_err(|_| stopped())?;
             let (own, run_id, checked) = (self.own.clone(), report.run_id.clone(), report.clone());
-            let extracted =
-                crate::sync::blocking("landing", move || crate::load::read_checked(&own, &run_id, Some(&checked)))
-                    .await?;
+            let extracted = crate::sync::blocking("landing", move || {
+                crate::load::read_checked(&own, &run_id, Some(&checked), landed)
+            })
+            .await?;
             let member = Member {
                 org: self.org.clone(),
                 extracted,
@@ -259,9 +267,10 @@ impl SharedWarehouse for OrgWarehouse {
             // Committed to the fleet warehouse: what is left is the batch's lake commit, the
             // lake stage's (a load that failed drops `committed` unsent).
             if on_commit.await.is_ok() {
-                log.done(Stage::Load, Some(&run_id));
                 if self.lake.is_some() {
-                    log.enter(Stage::Lake);
+                    log.done_then_enter(Stage::Load, Some(&run_id), Stage::Lake);
+                } else {
+                    log.done(Stage::Load, Some(&run_id));
                 }
             }
             answer.await

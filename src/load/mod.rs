@@ -192,19 +192,45 @@ fn clean_leftovers(out: &OutDir) {
 }
 
 /// Loads a raw run into the warehouse and the Parquet tree. The caller holds the lock.
-pub fn run(config: &LoadConfig, run_id: &str, extract_report: Option<&ExtractReport>) -> Result<LoadReport, LoadError> {
-    let extracted = read_checked(&config.out, run_id, extract_report)?;
+pub fn run(
+    config: &LoadConfig,
+    run_id: &str,
+    extract_report: Option<&ExtractReport>,
+    landed: Option<Extracted>,
+) -> Result<LoadReport, LoadError> {
+    let extracted = read_checked(&config.out, run_id, extract_report, landed)?;
     load_extracted(config, extracted, extract_report)
 }
 
-/// Reads a raw run's landing back for a load: refused when the run did not finish extracting,
-/// or when its landing holds fewer applications or days than its extract reported.
+/// A raw run's landing for a load: `landed` when the extract that just completed it hands it
+/// over from memory ([`crate::extract::Extraction::finish_landed`]), else read back. Refused
+/// when the run did not finish extracting, or when its landing holds fewer applications or days
+/// than its extract reported.
 pub fn read_checked(
     out: &OutDir,
     run_id: &str,
     extract_report: Option<&ExtractReport>,
+    landed: Option<Extracted>,
 ) -> Result<Extracted, LoadError> {
-    let extracted = read_extracted(out, run_id)?;
+    let extracted = match landed {
+        Some(landed) => {
+            // The tests' builds read the landing back too, and check that it holds the same.
+            #[cfg(debug_assertions)]
+            {
+                let (read, held) = (format!("{:?}", read_extracted(out, run_id)?), format!("{landed:?}"));
+                let at = read.bytes().zip(held.bytes()).position(|(a, b)| a != b).unwrap_or(read.len().min(held.len()));
+                let near = |s: &str| s.get(at.saturating_sub(200)..(at + 200).min(s.len())).unwrap_or("").to_owned();
+                assert!(
+                    read == held,
+                    "run {run_id}: the landing handed over from memory differs from the one read back at byte {at}:\n read back: …{}…\n in memory: …{}…",
+                    near(&read),
+                    near(&held)
+                );
+            }
+            landed
+        }
+        None => read_extracted(out, run_id)?,
+    };
     if !extracted.complete {
         return Err(LoadError::Incomplete(run_id.to_owned()));
     }

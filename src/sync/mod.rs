@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::action::{ActionConfig, ActionReport, Reviewed};
 use crate::api::Client;
-use crate::extract::{ExtractConfig, ExtractReport, Snapshot};
+use crate::extract::{ExtractConfig, ExtractReport, Extracted, Snapshot};
 use crate::load::{LoadConfig, LoadReport};
 use crate::{exit, Error};
 
@@ -54,11 +54,17 @@ pub trait SharedWarehouse: Send + Sync {
     /// What [`read_previous`] reads from an organization's own warehouse: the quick sync's
     /// snapshot and the content cursor.
     fn previous(&self, config: ExtractConfig) -> BoxFuture<'_, Result<(ExtractConfig, Option<Snapshot>), Error>>;
-    /// Loads the organization's extracted run (its landing, checked against `report`);
+    /// Loads the organization's extracted run (its landing, checked against `report`: `landed`
+    /// when the extract hands it over from memory, else read back);
     /// resolves when the batch it joined has committed, and with a lake, when the batch's lake
     /// commit has landed. Marks the load done in `log` at the warehouse's commit, so that a
     /// failure after it is the lake stage's.
-    fn load<'a>(&'a self, report: ExtractReport, log: &'a StageLog) -> BoxFuture<'a, Result<LoadReport, Error>>;
+    fn load<'a>(
+        &'a self,
+        report: ExtractReport,
+        landed: Option<Extracted>,
+        log: &'a StageLog,
+    ) -> BoxFuture<'a, Result<LoadReport, Error>>;
     /// Takes the actions' results of the organization's own warehouse (where its journal is).
     fn record_actions(&self) -> BoxFuture<'_, Result<(), Error>>;
     /// The organization's runs that the shared warehouse has loaded: what a restore from the
@@ -196,17 +202,17 @@ pub async fn run(
     if matches!(sharing, Sharing::Alone) {
         eprintln!("{}", begun.plan());
     }
-    let extracted = begun.finish().await?;
-    log.done(Stage::Extract, Some(&extracted.run_id));
-    log.enter(Stage::Load);
+    // What the landing holds comes along from memory: the load does not read it back.
+    let (extracted, landed) = begun.finish_landed().await?;
+    log.done_then_enter(Stage::Extract, Some(&extracted.run_id), Stage::Load);
     let lake = load_config.lake.clone();
     let out = load_config.out.clone();
     let mut loaded = match shared {
         None => {
             let _held = permit().await;
-            load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone())).await?
+            load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone()), landed).await?
         }
-        Some(w) => w.load(extracted.clone(), log).await?,
+        Some(w) => w.load(extracted.clone(), landed, log).await?,
     };
     log.done(Stage::Load, Some(&extracted.run_id));
     if shared.is_some() && lake.is_some() && actions.is_none() {
@@ -292,13 +298,15 @@ where
         .map_err(Into::into)
 }
 
-/// Loads on a blocking thread.
+/// Loads on a blocking thread: `landed`, what the extract just landed, from memory, else the
+/// landing read back ([`crate::load::read_checked`]).
 pub(crate) async fn load_blocking(
     config: LoadConfig,
     run_id: String,
     report: Option<ExtractReport>,
+    landed: Option<Extracted>,
 ) -> Result<LoadReport, Error> {
-    blocking("load", move || crate::load::run(&config, &run_id, report.as_ref())).await
+    blocking("load", move || crate::load::run(&config, &run_id, report.as_ref(), landed)).await
 }
 
 /// Commits the organization's rows of `tables` (of [`crate::load::catalog::committed_tables`], in

@@ -335,16 +335,36 @@ impl StageLog {
     /// command dies here, this is the stage it reached.
     pub fn enter(&self, stage: Stage) {
         let mut p = self.lock();
+        if self.mark_entered(&mut p, stage) {
+            self.write(&p.stages, Sync::Unsynced);
+        }
+    }
+
+    /// Marks `done` done, with the raw run it extracted or loaded, and enters `next`
+    /// ([`StageLog::done`], then [`StageLog::enter`]) in one write of the ledger: nothing
+    /// happens between the two.
+    pub fn done_then_enter(&self, done: Stage, run_id: Option<&str>, next: Stage) {
+        let mut p = self.lock();
+        let settled = self.mark_settled(&mut p, done, StageState::Done, run_id, None, false);
+        let entered = self.mark_entered(&mut p, next);
+        if settled || entered {
+            self.write(&p.stages, Sync::Unsynced);
+        }
+    }
+
+    /// Makes `stage` the current one, and records when this command entered it: whether the
+    /// ledger changed (a stage that this command does and has not ended).
+    fn mark_entered(&self, p: &mut Progress, stage: Stage) -> bool {
         p.current = Some(stage);
         if self.path.is_none() {
-            return;
+            return false;
         }
-        let owned = p.stages.get(&stage).is_some_and(|e| self.owns(e) && e.state == StageState::Pending);
-        if owned {
-            if let Some(entry) = p.stages.get_mut(&stage) {
+        match p.stages.get_mut(&stage) {
+            Some(entry) if self.owns(entry) && entry.state == StageState::Pending => {
                 entry.entered_at = Some(Utc::now());
+                true
             }
-            self.write(&p.stages, Sync::Unsynced);
+            _ => false,
         }
     }
 
@@ -466,10 +486,33 @@ impl StageLog {
         interrupted: bool,
         sync: Sync,
     ) {
-        if self.path.is_none() {
-            return;
-        }
         let mut p = self.lock();
+        if self.mark_settled(&mut p, stage, state, run_id, error, interrupted) {
+            self.write(&p.stages, sync);
+        }
+    }
+
+    /// Records how `stage` ended: whether the ledger changed. A stage marked done again by this
+    /// command, with the same run, keeps its entry (a fleet's load is marked done at its
+    /// batch's commit, and again when the sync has its answer).
+    fn mark_settled(
+        &self,
+        p: &mut Progress,
+        stage: Stage,
+        state: StageState,
+        run_id: Option<&str>,
+        error: Option<String>,
+        interrupted: bool,
+    ) -> bool {
+        if self.path.is_none() {
+            return false;
+        }
+        let again = p.stages.get(&stage).is_some_and(|e| {
+            self.owns(e) && state == StageState::Done && e.state == state && e.run_id.as_deref() == run_id
+        });
+        if again {
+            return false;
+        }
         let entered_at = p.stages.get(&stage).filter(|e| self.owns(e)).and_then(|e| e.entered_at);
         let entry = StageEntry {
             state,
@@ -483,7 +526,7 @@ impl StageLog {
             interrupted,
         };
         p.stages.insert(stage, entry);
-        self.write(&p.stages, sync);
+        true
     }
 }
 
@@ -530,6 +573,37 @@ mod tests {
         assert_eq!(after[&Stage::Extract].state, StageState::Failed);
         assert_eq!(after[&Stage::Lake].state, StageState::NotReached);
         assert_eq!(after[&Stage::Lake].started_at, after[&Stage::Extract].started_at, "one command's entries");
+    }
+
+    #[test]
+    fn a_stage_done_then_the_next_entered_is_one_write_and_a_repeated_done_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::new(dir.path());
+        let written = || std::fs::metadata(ledger_path(&out)).unwrap().modified().unwrap();
+        let inode = || std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(ledger_path(&out)).unwrap());
+        let run = StageLog::begin(&out, "fleet run", &[Stage::Extract, Stage::Load, Stage::Lake]);
+        run.enter(Stage::Extract);
+        let before = inode();
+        run.done_then_enter(Stage::Extract, Some("r1"), Stage::Load);
+        assert_ne!(inode(), before, "written");
+        let after = read(&out).unwrap();
+        assert_eq!(
+            (after[&Stage::Extract].state, after[&Stage::Extract].run_id.as_deref()),
+            (StageState::Done, Some("r1"))
+        );
+        assert_eq!(after[&Stage::Load].state, StageState::Pending);
+        assert!(after[&Stage::Load].entered_at.is_some(), "entered: a run killed now reached the load");
+        assert_eq!(run.current(), Some(Stage::Load), "a failure now is the load's");
+
+        run.done(Stage::Load, Some("r1"));
+        let (once, at) = (read(&out).unwrap(), (inode(), written()));
+        run.done(Stage::Load, Some("r1"));
+        assert_eq!((inode(), written()), at, "the same mark again writes nothing");
+        assert_eq!(read(&out).unwrap(), once);
+        run.done(Stage::Load, Some("r2"));
+        assert_eq!(read(&out).unwrap()[&Stage::Load].run_id.as_deref(), Some("r2"), "another run's is written");
+        run.failed(Stage::Load, "x".into(), false);
+        assert_eq!(read(&out).unwrap()[&Stage::Load].state, StageState::Failed, "a failure after it too");
     }
 
     #[test]
