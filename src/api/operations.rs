@@ -64,6 +64,15 @@ pub struct Fetched<T> {
     pub attempts: u32,
 }
 
+impl<T> Fetched<T> {
+    /// The parsed value, and the answer without it: a caller that keeps the value need not
+    /// clone it to keep the rest.
+    pub fn take_value(self) -> (T, Fetched<()>) {
+        let Fetched { value, raw, status, endpoint, path, query, received_at, attempts } = self;
+        (value, Fetched { value: (), raw, status, endpoint, path, query, received_at, attempts })
+    }
+}
+
 /// Query of `GET /campaign_applications`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApplicationsQuery {

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::landing::{validate_content, Landing};
+use super::landing::{validate_content, Landing, Read};
 use super::raw::{RawRecord, RawWriter};
 use super::ExtractError;
 use crate::api::models::ApplicationStatus;
@@ -51,12 +51,15 @@ impl StatusOutcome {
 }
 
 impl Crawl<'_> {
+    /// Lands an answer, then feeds it to the landing with `read`, its body as this crawl read
+    /// it (the landing parses the body again without it).
     fn land<T>(
         &mut self,
         f: &Fetched<T>,
         pass: Option<u32>,
         window: Option<(NaiveDate, NaiveDate)>,
         problem: Option<String>,
+        read: Option<Read>,
     ) -> Result<(), ExtractError> {
         let rec = RawRecord {
             seq: self.landing.next_seq,
@@ -74,7 +77,7 @@ impl Crawl<'_> {
             body: String::from_utf8_lossy(&f.raw).into_owned(),
         };
         self.writer.write(&rec)?;
-        self.landing.ingest(&rec);
+        self.landing.ingest_read(&rec, read);
         Ok(())
     }
 
@@ -139,9 +142,11 @@ impl Crawl<'_> {
             .list_applications(&self.query(status, 1))
             .await
             .map_err(|e| ExtractError::api(format!("applications `{status}` page 1 (closing check)"), e))?;
-        self.land(&fetched, None, None, None)?;
         let rows = fetched.value.data.iter().map(|a| (a.applied_at.timestamp_micros(), a.id)).collect();
-        Ok((fetched.value.meta.row_count, rows))
+        let row_count = fetched.value.meta.row_count;
+        let (page, fetched) = fetched.take_value();
+        self.land(&fetched, None, None, None, Some(Read::Page(page)))?;
+        Ok((row_count, rows))
     }
 
     /// The pages a status's pass still lacks, page 1 landed: in the pass's direction (see
@@ -182,11 +187,11 @@ impl Crawl<'_> {
                     continue;
                 }
             };
-            let rows = fetched.value.data.len();
-            self.land(&fetched, Some(pass), None, None)?;
+            let (rows, page_count) = (fetched.value.data.len(), fetched.value.meta.page_count.max(1));
+            let (page_read, fetched) = fetched.take_value();
+            self.land(&fetched, Some(pass), None, None, Some(Read::Page(page_read)))?;
             let bar = format!("{status} pages");
             if page == 1 {
-                let page_count = fetched.value.meta.page_count.max(1);
                 self.progress.set(&bar, self.landed_pages(&status, pass), page_count);
             } else {
                 self.progress.inc(&bar, &format!("{rows} rows, {} retries", self.client.metrics().retries));
@@ -210,7 +215,7 @@ impl Crawl<'_> {
                     for _ in 0..CONTENT_TRIES {
                         match client.content_24h(w.0, w.1, CONTENT_LIMIT_ALL).await {
                             Ok(f) => {
-                                let verdict = validate_content(&f.value, w.0, w.1).map(|_| ());
+                                let verdict = validate_content(&f.value, w.0, w.1);
                                 let ok = verdict.is_ok();
                                 tries.push((f, verdict));
                                 if ok {
@@ -229,15 +234,15 @@ impl Crawl<'_> {
         let mut retried = 0;
         while let Some(((w, tries, error), _slot)) = answers.next().await {
             let mut last_problem = None;
-            for (f, verdict) in &tries {
-                let problem = verdict.clone().err();
+            retried += tries.len().saturating_sub(1) as u64;
+            for (f, verdict) in tries {
+                let problem = verdict.as_ref().err().cloned();
                 if problem.is_some() {
                     tracing::warn!(window = %format!("{}..{}", w.0, w.1), problem = problem.as_deref(), "invalid content answer");
                 }
-                self.land(f, None, Some(w), problem.clone())?;
+                self.land(&f, None, Some(w), problem.clone(), verdict.ok().map(Read::Content))?;
                 last_problem = problem;
             }
-            retried += tries.len().saturating_sub(1) as u64;
             if let Some(e) = error {
                 answers.error(ExtractError::api(format!("content {}..{}", w.0, w.1), e));
                 continue;

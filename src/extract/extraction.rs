@@ -201,6 +201,8 @@ impl<'a> Run<'a> {
         let mut findings = std::mem::take(&mut self.findings);
         let mut crawl = self.crawler();
         let result = async {
+            // What `quick.json` holds, once this invocation wrote or took it.
+            let mut saved_quick: Option<QuickLanding> = None;
             if let (SyncMode::Quick, Some(snap)) = (spec.sync, snapshot) {
                 let saved = match runs::read_quick(&config.out, &spec.run_id) {
                     Ok(saved) => saved,
@@ -216,6 +218,7 @@ impl<'a> Run<'a> {
                 match saved {
                     // Located by an earlier invocation: taken as it was.
                     Some(landed) if landed.base_run == snap.base_run && landed_all(&landed) => {
+                        saved_quick = Some(landed.clone());
                         for (s, l) in &landed.located {
                             // One the closing check read again has its own pass to report.
                             let outcome = match crawl.landing.last_pass(s) {
@@ -231,7 +234,7 @@ impl<'a> Run<'a> {
                     _ => {
                         findings.located =
                             locate_changes(&mut crawl, snap, &config.statuses, spec.max_passes, &mut findings).await?;
-                        write_quick(&config.out, &spec.run_id, snap, &findings)?;
+                        write_quick(&config.out, &spec.run_id, snap, &findings, &mut saved_quick)?;
                     }
                 }
             }
@@ -265,7 +268,8 @@ impl<'a> Run<'a> {
                 ));
             }
             if let (SyncMode::Quick, Some(snap)) = (spec.sync, snapshot) {
-                write_quick(&config.out, &spec.run_id, snap, &findings)?;
+                // Again after the closing check, if that changed what it holds.
+                write_quick(&config.out, &spec.run_id, snap, &findings, &mut saved_quick)?;
             }
             for (status, why) in &findings.read_in_full {
                 findings.warnings.push(format!("quick sync: status `{status}` was read in full: {why}"));
@@ -346,19 +350,26 @@ impl<'a> Run<'a> {
     }
 }
 
-/// Saves a quick run's locations and the statuses it read in full (`quick.json`).
+/// Saves a quick run's locations and the statuses it read in full (`quick.json`), unless
+/// `saved` (what the file holds, as this invocation wrote or read it) says the same already;
+/// then `saved` is what the file holds.
 fn write_quick(
     out: &crate::out::OutDir,
     run_id: &str,
     snap: &Snapshot,
     findings: &Findings,
+    saved: &mut Option<QuickLanding>,
 ) -> Result<(), ExtractError> {
     let landed = QuickLanding {
         base_run: snap.base_run.clone(),
         located: findings.located.clone(),
         read_in_full: findings.read_in_full.clone(),
     };
-    Ok(runs::write_quick(out, run_id, &landed)?)
+    if saved.as_ref() != Some(&landed) {
+        runs::write_quick(out, run_id, &landed)?;
+        *saved = Some(landed);
+    }
+    Ok(())
 }
 
 /// Locates what changed since the snapshot: page 1 of every status is landed; reads the pages

@@ -77,6 +77,14 @@ pub struct Observation {
     pub first_pass: u32,
 }
 
+/// A landed record's body as the crawl has read it ([`Landing::ingest_read`]).
+pub enum Read {
+    /// A page of applications.
+    Page(ApplicationsPage),
+    /// A content window's answer, validated against the record's window.
+    Content(Vec<ContentRow>),
+}
+
 /// Everything derived from a run's records.
 #[derive(Debug, Default)]
 pub struct Landing {
@@ -185,20 +193,39 @@ impl Landing {
 
     /// Takes one landed record into account.
     pub fn ingest(&mut self, r: &RawRecord) {
+        self.ingest_read(r, None);
+    }
+
+    /// [`Landing::ingest`] of a record whose body the crawl has read already: `read`, parsed
+    /// from the same bytes as the same type (and a content window's rows validated against the
+    /// record's window), so that the body is not parsed again. The outcome is the same.
+    pub fn ingest_read(&mut self, r: &RawRecord, read: Option<Read>) {
         self.next_seq = self.next_seq.max(r.seq + 1);
         self.max_invocation = self.max_invocation.max(r.invocation);
         match r.endpoint.as_str() {
-            "list_applications" => self.ingest_page(r),
+            "list_applications" => {
+                let body = match read {
+                    Some(Read::Page(page)) => Some(page),
+                    _ => serde_json::from_str::<ApplicationsPage>(&r.body).ok(),
+                };
+                if let Some(body) = body {
+                    self.ingest_page(r, body);
+                }
+            }
             "content_24h" => {
                 let Some(window) = r.window else { return };
                 if !r.valid {
                     *self.invalid_windows.entry(window).or_default() += 1;
                     return;
                 }
-                if let Ok(resp) = serde_json::from_str::<Content24hResponse>(&r.body) {
-                    if let Ok(rows) = validate_content(&resp, window.0, window.1) {
-                        self.windows.insert(window, rows);
-                    }
+                let rows = match read {
+                    Some(Read::Content(rows)) => Ok(rows),
+                    _ => serde_json::from_str::<Content24hResponse>(&r.body)
+                        .map_err(|e| e.to_string())
+                        .and_then(|resp| validate_content(&resp, window.0, window.1)),
+                };
+                if let Ok(rows) = rows {
+                    self.windows.insert(window, rows);
                 }
             }
             _ => {}
@@ -207,13 +234,10 @@ impl Landing {
 
     /// A page of a pass, or (no pass) a closing check's probe: its rows are observations, and it
     /// is part of no pass.
-    fn ingest_page(&mut self, r: &RawRecord) {
+    fn ingest_page(&mut self, r: &RawRecord, body: ApplicationsPage) {
         let (Some(status), Some(page)) =
             (r.query.get("status"), r.query.get("page").and_then(|p| p.parse::<u64>().ok()))
         else {
-            return;
-        };
-        let Ok(body) = serde_json::from_str::<ApplicationsPage>(&r.body) else {
             return;
         };
         let ids = body.data.iter().map(|a| a.id).collect();

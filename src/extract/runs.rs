@@ -258,7 +258,7 @@ pub(crate) fn record_requests(
 }
 
 /// A quick run's locations, `raw/<run>/quick.json`: what the load takes from the warehouse.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct QuickLanding {
     pub base_run: String,
     pub located: BTreeMap<String, quick::Located>,
