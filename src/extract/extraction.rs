@@ -63,7 +63,7 @@ pub async fn begin<'a>(
     let mut run = Run::open(config, client, stop, snapshot)?;
     match run.first_pages().await {
         Ok(plan) => Ok(Extraction { plan, run }),
-        Err(e) => Err(run.conclude(Err(e)).expect_err("a failed step fails the run")),
+        Err(e) => Err(run.conclude(Err(e), false).expect_err("a failed step fails the run")),
     }
 }
 
@@ -76,7 +76,7 @@ impl Extraction<'_> {
     /// Crawls what the plan left (nothing with `--plan-only`) and writes the report. On failure
     /// or interruption the landing and the report are saved before the error is returned.
     pub async fn finish(self) -> Result<ExtractReport, ExtractError> {
-        self.finish_landed().await.map(|(report, _)| report)
+        self.end(false).await.map(|(report, _)| report)
     }
 
     /// [`Extraction::finish`], with what the landing holds when the run completed, as this
@@ -85,6 +85,11 @@ impl Extraction<'_> {
     /// run's from the records read back), so that a load that follows at once need not read
     /// and parse the landing again. `None` unless the run completed.
     pub async fn finish_landed(self) -> Result<(ExtractReport, Option<Extracted>), ExtractError> {
+        self.end(true).await
+    }
+
+    /// Crawls and concludes; `hand_over`: with what the landing holds.
+    async fn end(self, hand_over: bool) -> Result<(ExtractReport, Option<Extracted>), ExtractError> {
         let Extraction { plan, mut run } = self;
         tracing::info!(
             requests = plan.application_requests + plan.content_requests,
@@ -92,7 +97,7 @@ impl Extraction<'_> {
             "plan"
         );
         let result = if run.config.plan_only { Ok(RunStatus::Planned) } else { run.crawl().await };
-        run.conclude(result)
+        run.conclude(result, hand_over)
     }
 }
 
@@ -291,6 +296,7 @@ impl<'a> Run<'a> {
     fn conclude(
         self,
         result: Result<RunStatus, ExtractError>,
+        hand_over: bool,
     ) -> Result<(ExtractReport, Option<Extracted>), ExtractError> {
         let Run {
             config,
@@ -345,7 +351,8 @@ impl<'a> Run<'a> {
         result?;
         // A landing that cannot be handed over (its `quick.json` unreadable) is read back by the
         // load, which reports why.
-        let landed = completed.then(|| Extracted::from_landing(&config.out, spec, landing, true).ok()).flatten();
+        let landed =
+            (completed && hand_over).then(|| Extracted::from_landing(&config.out, spec, landing, true).ok()).flatten();
         Ok((report, landed))
     }
 }

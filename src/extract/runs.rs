@@ -361,6 +361,27 @@ pub fn read_extracted(out: &OutDir, run_id: &str) -> Result<Extracted, ExtractEr
 }
 
 impl Extracted {
+    /// About how many bytes it holds in memory (its applications with their text and accounts,
+    /// and its days of content): what a fleet counts of the landings that wait for their load.
+    pub fn approximate_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        let applications: usize = self
+            .applications
+            .iter()
+            .map(|o| {
+                let a = &o.app;
+                let accounts: usize = a
+                    .connected_accounts
+                    .iter()
+                    .map(|c| size_of::<crate::api::models::ConnectedAccount>() + text(&c.username))
+                    .sum();
+                size_of::<Observation>() + a.campaign_name.len() + a.creator_name.len() + text(&a.email) + accounts
+            })
+            .sum();
+        applications + self.content.len() * size_of::<ContentRow>()
+    }
+
     /// What `landing` holds, for a load, whether read back ([`read_extracted`]) or as the
     /// invocation that landed it holds it: one conversion for both, which takes the landing so
     /// that its applications are not held twice. `complete`: the run's `COMPLETE` mark is written.

@@ -109,6 +109,10 @@ pub struct Batcher {
     /// one gathers while one commits and the next is prepared), however many extracts finish at
     /// once.
     landings: Arc<Semaphore>,
+    /// The landings handed over by the extracts that wait in memory for a place among
+    /// `landings`, in KiB: at most [`WAITING_LANDINGS_KIB`]; one that finds no room is dropped
+    /// and read back when its place comes, as a landing not handed over is.
+    waiting: Arc<Semaphore>,
     /// The handles that may still send a load.
     to_load: Arc<std::sync::atomic::AtomicUsize>,
     /// The organizations' own heavy steps outside the warehouse, at most two at once (the
@@ -136,7 +140,8 @@ impl Batcher {
             .name("fleet-warehouse".into())
             .spawn(move || serve(warehouse, inbox, options, runtime, waiting, names))
             .map_err(|e| Error::Io { context: "start the fleet warehouse's thread".into(), source: e })?;
-        Ok(Batcher { requests, thread, landings, to_load, limit: Arc::new(Semaphore::new(2)) })
+        let waiting = Arc::new(Semaphore::new(WAITING_LANDINGS_KIB));
+        Ok(Batcher { requests, thread, landings, waiting, to_load, limit: Arc::new(Semaphore::new(2)) })
     }
 
     /// The handle an organization's sync loads through; `actions`: it has an actions stage.
@@ -149,6 +154,7 @@ impl Batcher {
             limit: self.limit.clone(),
             requests: self.requests.clone(),
             landings: self.landings.clone(),
+            waiting: self.waiting.clone(),
             to_load: LoadToCome::new(&self.to_load),
         }
     }
@@ -178,6 +184,7 @@ pub struct OrgWarehouse {
     limit: Arc<Semaphore>,
     requests: mpsc::Sender<Request>,
     landings: Arc<Semaphore>,
+    waiting: Arc<Semaphore>,
     to_load: LoadToCome,
 }
 
@@ -242,10 +249,20 @@ impl SharedWarehouse for OrgWarehouse {
     ) -> BoxFuture<'a, Result<LoadReport, Error>> {
         Box::pin(async move {
             // The permit bounds the loads gathered for the batches. The landing the extract
-            // handed over stays in memory until then, as it was during the extract (within the
-            // organization's slot in flight); one that was not is read back here, on a blocking
-            // thread, while the writer loads earlier batches.
+            // handed over waits for it in memory if the waiting ones leave room for it; one that
+            // was not handed over, or found no room, is read back here, on a blocking thread,
+            // while the writer loads earlier batches.
+            let landed = landed.and_then(|l| {
+                let kib = u32::try_from(l.approximate_bytes().div_ceil(1024)).unwrap_or(u32::MAX);
+                let room = self.waiting.clone().try_acquire_many_owned(kib).ok();
+                if room.is_none() {
+                    tracing::debug!(org = %self.org, kib, "no room for the landing to wait in memory; read back at its turn");
+                }
+                room.map(|room| (l, room))
+            });
             let _held = self.landings.clone().acquire_owned().await.map_err(|_| stopped())?;
+            // Now among the gathered ones.
+            let landed = landed.map(|(l, _room)| l);
             let (own, run_id, checked) = (self.own.clone(), report.run_id.clone(), report.clone());
             let extracted = crate::sync::blocking("landing", move || {
                 crate::load::read_checked(&own, &run_id, Some(&checked), landed)
@@ -524,6 +541,10 @@ fn read_ahead(
 
 /// The landings held in memory, in batches: one gathering while one commits and the next is prepared.
 const LANDINGS_IN_BATCHES: usize = 3;
+
+/// The landings handed over that may wait in memory for their place among the gathered ones,
+/// in KiB: 256 MiB.
+const WAITING_LANDINGS_KIB: usize = 256 * 1024;
 
 /// The organizations' previous states held before they ask, in batches: read a batch at a time
 /// ahead of requests that come in about the fleet's order.

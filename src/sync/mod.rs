@@ -209,7 +209,14 @@ pub async fn run(
     let out = load_config.out.clone();
     let mut loaded = match shared {
         None => {
-            let _held = permit().await;
+            // A landing handed over waits for a load's place in memory only if one is free now:
+            // in a fleet of organizations' own warehouses, one that waits is read back at its
+            // turn, so that no more landings are held than loads run at once.
+            let (_held, landed) = match loads.map(tokio::sync::Semaphore::try_acquire) {
+                Some(Ok(held)) => (Some(held), landed),
+                Some(Err(_)) => (permit().await, None),
+                None => (None, landed),
+            };
             load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone()), landed).await?
         }
         Some(w) => w.load(extracted.clone(), landed, log).await?,
