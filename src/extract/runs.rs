@@ -362,7 +362,8 @@ pub fn read_extracted(out: &OutDir, run_id: &str) -> Result<Extracted, ExtractEr
 
 impl Extracted {
     /// About how many bytes it holds in memory (its applications with their text and accounts,
-    /// and its days of content): what a fleet counts of the landings that wait for their load.
+    /// its days of content, a quick run's kept ids; not the allocator's overhead): what a fleet
+    /// counts of the landings that wait for their load.
     pub fn approximate_bytes(&self) -> usize {
         use std::mem::size_of;
         let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
@@ -379,7 +380,8 @@ impl Extracted {
                 size_of::<Observation>() + a.campaign_name.len() + a.creator_name.len() + text(&a.email) + accounts
             })
             .sum();
-        applications + self.content.len() * size_of::<ContentRow>()
+        let kept = self.quick.as_ref().map_or(0, |q| q.kept().count() * size_of::<i64>());
+        applications + self.content.len() * size_of::<ContentRow>() + kept
     }
 
     /// What `landing` holds, for a load, whether read back ([`read_extracted`]) or as the

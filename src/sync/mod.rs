@@ -214,7 +214,11 @@ pub async fn run(
             // turn, so that no more landings are held than loads run at once.
             let (_held, landed) = match loads.map(tokio::sync::Semaphore::try_acquire) {
                 Some(Ok(held)) => (Some(held), landed),
-                Some(Err(_)) => (permit().await, None),
+                Some(Err(_)) => {
+                    // Freed now, not when the sync ends (a binding lives to the end of its scope).
+                    drop(landed);
+                    (permit().await, None)
+                }
                 None => (None, landed),
             };
             load_blocking(load_config, extracted.run_id.clone(), Some(extracted.clone()), landed).await?
