@@ -77,6 +77,23 @@ pub struct Observation {
     pub first_pass: u32,
 }
 
+impl Observation {
+    /// About how many bytes it holds in memory: itself, its application's text and its
+    /// accounts (not the allocator's overhead). What bounds the landings and the previous rows
+    /// a fleet holds.
+    pub fn approximate_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        let a = &self.app;
+        let accounts: usize = a
+            .connected_accounts
+            .iter()
+            .map(|c| size_of::<crate::api::models::ConnectedAccount>() + text(&c.username))
+            .sum();
+        size_of::<Observation>() + a.campaign_name.len() + a.creator_name.len() + text(&a.email) + accounts
+    }
+}
+
 /// A landed record's body as the crawl has read it ([`Landing::ingest_read`]).
 pub enum Read {
     /// A page of applications.

@@ -366,20 +366,7 @@ impl Extracted {
     /// counts of the landings that wait for their load.
     pub fn approximate_bytes(&self) -> usize {
         use std::mem::size_of;
-        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-        let applications: usize = self
-            .applications
-            .iter()
-            .map(|o| {
-                let a = &o.app;
-                let accounts: usize = a
-                    .connected_accounts
-                    .iter()
-                    .map(|c| size_of::<crate::api::models::ConnectedAccount>() + text(&c.username))
-                    .sum();
-                size_of::<Observation>() + a.campaign_name.len() + a.creator_name.len() + text(&a.email) + accounts
-            })
-            .sum();
+        let applications: usize = self.applications.iter().map(Observation::approximate_bytes).sum();
         let kept = self.quick.as_ref().map_or(0, |q| q.kept().count() * size_of::<i64>());
         applications + self.content.len() * size_of::<ContentRow>() + kept
     }

@@ -453,7 +453,7 @@ fn serve(
             }
             Ok(Request::Ended { org }) => {
                 came.insert(org.clone());
-                w.let_go(&org);
+                w.forget_held(&org);
                 false
             }
             Ok(Request::Load { member, committed, reply }) => {

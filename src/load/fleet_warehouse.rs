@@ -643,7 +643,7 @@ impl FleetWarehouse {
     /// content and fingerprints, and the applications of those marked `true`: the loads that
     /// keep loaded applications; with one query per table, as a batch reads its members'), and
     /// holds them until their batch takes them ([`FleetWarehouse::read_batch`]) or they are let
-    /// go ([`FleetWarehouse::let_go`]): the writer reads ahead while it has nothing else to do.
+    /// go ([`FleetWarehouse::forget_held`]): the writer reads ahead while it has nothing else to do.
     /// Organizations with nothing loaded, and those held already, are skipped. A read that
     /// fails holds nothing and ends reading ahead for the run: each batch then reads its own.
     /// Returns how many were read.
@@ -685,17 +685,12 @@ impl FleetWarehouse {
         Some(rows)
     }
 
-    /// Drops what is held of organization `org`'s rows, before a write of them.
-    fn forget_held(&mut self, org: &str) {
+    /// Drops what is held of organization `org`'s rows: before a write of them, and when its
+    /// sync has ended (rows read with another's or ahead that it never took: its sync failed
+    /// before it asked, or before its load).
+    pub fn forget_held(&mut self, org: &str) {
         self.previous.remove(org);
         self.take_ahead(org);
-    }
-
-    /// Drops what is held of organization `org`'s rows because its sync has ended: rows read
-    /// with another's or ahead that it never took (its sync failed before it asked, or before
-    /// its load).
-    pub fn let_go(&mut self, org: &str) {
-        self.forget_held(org);
     }
 
     /// The runs of organization `org` the fleet warehouse has loaded (after taking its own

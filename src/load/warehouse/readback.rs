@@ -596,22 +596,7 @@ impl LoadRows {
     /// applications with their strings and accounts): what bounds the rows read ahead.
     pub fn approximate_bytes(&self) -> usize {
         use std::mem::size_of;
-        let apps: usize = self
-            .apps
-            .iter()
-            .flatten()
-            .map(|o| {
-                size_of::<Observation>()
-                    + o.app.campaign_name.len()
-                    + o.app.creator_name.len()
-                    + o.app.email.as_ref().map_or(0, String::len)
-                    + o.app
-                        .connected_accounts
-                        .iter()
-                        .map(|a| size_of::<ConnectedAccount>() + a.username.as_ref().map_or(0, String::len))
-                        .sum::<usize>()
-            })
-            .sum();
+        let apps: usize = self.apps.iter().flatten().map(Observation::approximate_bytes).sum();
         let runs: usize = self.runs.iter().map(|r| size_of::<(String, Option<DateTime<Utc>>)>() + r.0.len()).sum();
         self.content.len() * size_of::<ContentRow>() + apps + runs
     }
