@@ -75,10 +75,34 @@ pub(crate) struct Staged {
     ms: u64,
 }
 
-/// The frame table written at every load, whatever its fingerprint: the status history's step
-/// ([`record_history`]) updates its rows after they are written (`first_seen_at`), so they need
-/// not be its frame's.
+/// The frame table written at every load, whatever its fingerprint: its rows are written with
+/// their first sightings from the status history ([`with_first_sightings`]), so they need not be
+/// its frame's.
 const ALWAYS_WRITTEN: &str = "applications";
+
+/// The staged `applications` rows (`source`) as they are written: each one's `first_seen_at`
+/// the earliest of its frame's (the observation's) and the start of the application's first
+/// status in `application_status_history` as it stands before the load (in a fleet warehouse,
+/// the organizations `orgs`', an SQL list, each application's history its organization's).
+///
+/// The history's step ([`record_history`]) then opens rows only at an application's
+/// `last_seen_at`, which is its frame's `first_seen_at` (the same observation), and closes rows
+/// without moving where they start: the earliest start it leaves is the one read here, so the
+/// rows are written once, not written and then updated.
+fn with_first_sightings(source: &str, shape: Shape, orgs: &str) -> String {
+    let (group, only, on) = match shape {
+        Shape::Fleet => {
+            ("organization, ", format!("WHERE organization IN ({orgs}) "), "s.organization = f.organization AND ")
+        }
+        Shape::One => ("", String::new(), ""),
+    };
+    format!(
+        "(SELECT s.* REPLACE (CASE WHEN f.first < s.first_seen_at THEN f.first ELSE s.first_seen_at END AS first_seen_at) \
+         FROM {source} AS s LEFT JOIN \
+         (SELECT {group}id, min(valid_from) AS first FROM application_status_history {only}GROUP BY {group}id) AS f \
+         ON {on}s.id = f.id)"
+    )
+}
 
 /// Writes the batch, staged by [`stage`], into the warehouse of `shape` through `conn` in one
 /// transaction. Returns each member's outcome, in the batch's order; a failure is the whole
@@ -107,7 +131,9 @@ pub(crate) fn write(
         }
         let source = format!("read_parquet([{}], union_by_name = true, hive_partitioning = false)", files.join(", "));
         let replaced: Vec<String> = replaced.iter().filter_map(|&i| batch.get(i).and_then(|r| r.org.clone())).collect();
-        sql.push_str(&replace_rows(t, shape, &source, &sql_list(&replaced)));
+        let replaced = sql_list(&replaced);
+        let source = if t.name == ALWAYS_WRITTEN { with_first_sightings(&source, shape, &replaced) } else { source };
+        sql.push_str(&replace_rows(t, shape, &source, &replaced));
     }
     if shape == Shape::Fleet {
         sql.push_str(&record_fingerprints(&orgs, &staged.fingerprints));
@@ -391,8 +417,8 @@ pub(crate) fn write_parquet(path: &Path, df: &mut polars::prelude::DataFrame) ->
 }
 
 /// SCD2 on `application_status_history`: close the current row of every application whose
-/// status changed and open a new one; first sightings open a row; and carry the first sighting
-/// into `applications.first_seen_at`. In a fleet warehouse, only the organizations `orgs`, each
+/// status changed and open a new one; first sightings open a row (the rows of `applications`
+/// carry their first sightings as written: [`with_first_sightings`]). In a fleet warehouse, only the organizations `orgs`, each
 /// application's history its organization's. Returns the changes per organization (`None` for
 /// one organization's warehouse), and the organizations whose history rows it closed or opened.
 fn record_history(
@@ -403,19 +429,16 @@ fn record_history(
     // In a fleet warehouse, each side of every join is restricted to the batch's organizations,
     // though the join's `organization` equality implies it for one side: DuckDB then scans the
     // batch's rows of that table, not the whole fleet's.
-    let (key, first_key, scope, org_column, group, only) = match shape {
+    let (key, scope, org_column) = match shape {
         Shape::Fleet => {
             let list = sql_list(orgs);
             (
                 format!("h.organization IN ({list}) AND h.organization = a.organization AND "),
-                "a.organization = f.organization AND ",
                 format!("a.organization IN ({list}) AND "),
                 "a.organization, ",
-                "organization, ",
-                format!("WHERE organization IN ({list}) "),
             )
         }
-        Shape::One => (String::new(), "", String::new(), "", "", String::new()),
+        Shape::One => (String::new(), String::new(), ""),
     };
     let returning = if shape == Shape::Fleet { "h.organization" } else { "CAST(NULL AS VARCHAR)" };
     let opened = if shape == Shape::Fleet { "organization" } else { "CAST(NULL AS VARCHAR)" };
@@ -429,11 +452,6 @@ fn record_history(
          SELECT {org_column}a.id, a.status, a.last_seen_at, NULL FROM applications AS a \
          WHERE {scope}NOT EXISTS (SELECT 1 FROM application_status_history AS h WHERE {key}h.id = a.id AND h.valid_to IS NULL) \
          RETURNING {opened}"
-    );
-    let first = format!(
-        "UPDATE applications AS a SET first_seen_at = f.first FROM \
-         (SELECT {group}id, min(valid_from) AS first FROM application_status_history {only}GROUP BY {group}id) AS f \
-         WHERE {scope}{first_key}a.id = f.id AND f.first < a.first_seen_at"
     );
     let mut laps = Laps::start();
     let failed = |e| LoadError::db("close changed statuses in `application_status_history`", e);
@@ -451,9 +469,7 @@ fn record_history(
         touched.insert(org.map_err(failed)?);
     }
     drop(stmt);
-    let open_ms = laps.lap();
-    conn.execute_batch(&first).map_err(|e| LoadError::db("carry first sightings into `applications`", e))?;
-    tracing::debug!(close_ms, open_ms, first_ms = laps.lap(), "history stages (ms)");
+    tracing::debug!(close_ms, open_ms = laps.lap(), "history stages (ms)");
     Ok((changed, touched))
 }
 

@@ -193,6 +193,33 @@ fn a_batch_replaces_exactly_its_members_rows() {
     let again = w.load(vec![member("acme", run("r2", &[(1, Accepted)], 14, 1))], &config(false));
     assert_eq!(again[0].1.as_ref().unwrap().rows, report.rows);
     assert_eq!(count(w.conn().unwrap(), "SELECT count(*) FROM runs WHERE organization = 'acme'"), 2);
+
+    // Each application keeps its first sighting, its own organization's, in a batch of both:
+    // 0042's application 1 is another than acme's (seen 5 seconds earlier).
+    let outcomes = w.load(
+        vec![
+            member("0042", run("r3", &[(1, Rejected), (3, Pending)], 21, 9)),
+            member("acme", run("r3", &[(1, Accepted)], 14, 10)),
+        ],
+        &config(false),
+    );
+    assert!(outcomes.iter().all(|(_, r)| r.is_ok()), "both loaded");
+    w.conn().unwrap();
+    // Whether the application's one row says it was first seen `first` and last seen `last`
+    // seconds after the first run's observation.
+    let seen = |org: &str, id: i64, first: u32, last: u32| {
+        let at = |s: u32| format!("TIMESTAMPTZ '2026-11-02 00:00:{s:02}+00'");
+        let sql = format!(
+            "SELECT count(*) FILTER (first_seen_at = {} AND last_seen_at = {}) - count(*) + 1 FROM applications \
+             WHERE organization = '{org}' AND id = {id}",
+            at(first),
+            at(last)
+        );
+        count(w.conn.as_ref().unwrap(), &sql) == 1
+    };
+    assert!(seen("0042", 1, 5, 9));
+    assert!(seen("0042", 3, 5, 9));
+    assert!(seen("acme", 1, 0, 10));
 }
 
 /// Under `--strict`, a member whose content fails the checks fails alone: the others of its
