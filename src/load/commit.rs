@@ -11,9 +11,12 @@
 //!    and inserted from the batch's files, whose keys the staging checked (the fleet warehouse
 //!    declares none on these tables: see [`super::catalog`]), for the members whose rows
 //!    changed, and the members' fingerprints recorded (`frame_fingerprints`). Then the status
-//!    history (SCD type 2), its keys checked, and a `runs` row per member. The rows per table
-//!    that the report and the ledger give are the staged ones for the frame tables (the
-//!    transaction leaves exactly those, or keeps them), counted for the history.
+//!    history (SCD type 2), its keys checked (in a fleet warehouse, of the members that are not
+//!    *settled*: a member whose every application has an open history row of its status, read
+//!    with the applications a quick sync keeps, changes no history row), and a `runs` row per
+//!    member. The rows per table that the report and the ledger give are the staged ones for
+//!    the frame tables (the transaction leaves exactly those, or keeps them), counted for the
+//!    history.
 //!
 //! The transaction is `duckdb::Transaction`'s: any error, and a crash before the commit, leave
 //! every member's rows as they were.
@@ -46,6 +49,11 @@ pub(crate) struct Ready {
     /// (`frame_fingerprints`, by table): a table whose frame has the same is not written again.
     /// `None`: not known (every table is written).
     pub loaded_fingerprints: Option<BTreeMap<String, String>>,
+    /// In a fleet warehouse, the statuses of its applications' open rows of the status history
+    /// before this load, when they were read (with the applications its load keeps). A member
+    /// whose every application has one open row, of its status, is *settled*: the history's
+    /// step would change none of its rows, and is not run for it ([`stage`]).
+    pub open_statuses: Option<warehouse::OpenStatuses>,
 }
 
 /// What the commit made of a member: its quality (with the status changes it recorded), its
@@ -72,7 +80,18 @@ pub(crate) struct Staged {
     /// Each member's frames' fingerprints, by table (a fleet warehouse's; none for a table
     /// written every time, [`ALWAYS_WRITTEN`]).
     fingerprints: Vec<BTreeMap<&'static str, String>>,
+    /// Whether each member is settled ([`Ready::open_statuses`]): every row of its
+    /// `applications` frame has one open history row, of its status.
+    settled: Vec<bool>,
     ms: u64,
+}
+
+#[cfg(test)]
+impl Staged {
+    /// Whether each member is settled, in the batch's order.
+    pub(crate) fn settled(&self) -> &[bool] {
+        &self.settled
+    }
 }
 
 /// The frame table written at every load, whatever its fingerprint: its rows are written with
@@ -117,7 +136,6 @@ pub(crate) fn write(
     // The transaction's parts, for the debug log.
     let mut split = Laps::start();
     let orgs: Vec<String> = batch.iter().filter_map(|r| r.org.clone()).collect();
-    let list = sql_list(&orgs);
     let mut sql = String::new();
     for t in catalog::frames() {
         let replaced = staged.replaced.get(t.name).map_or(&[][..], Vec::as_slice);
@@ -143,11 +161,34 @@ pub(crate) fn write(
     let tx = conn.unchecked_transaction().map_err(|e| LoadError::db("begin the load's transaction", e))?;
     tx.execute_batch(&sql).map_err(|e| LoadError::db("load the run's tables", e))?;
     let tables_ms = split.lap();
-    let (changes, history_changed) = record_history(&tx, shape, &orgs)?;
+    // The status history of the members that are not settled (every one, in one organization's
+    // warehouse): a settled member's step would change none of its rows.
+    let member_orgs = |settled: bool| -> Vec<String> {
+        batch.iter().zip(&staged.settled).filter(|(_, s)| **s == settled).filter_map(|(r, _)| r.org.clone()).collect()
+    };
+    if shape == Shape::Fleet && staged.settled.len() != batch.len() {
+        return Err(LoadError::Bug("the batch's members were not all found settled or not".into()));
+    }
+    let unsettled = member_orgs(false);
+    let (changes, history_changed) = match shape {
+        Shape::Fleet if unsettled.is_empty() => Default::default(),
+        _ => record_history(&tx, shape, &unsettled)?,
+    };
+    // The tests' builds run the step for the settled members too, and check that it changes
+    // nothing.
+    #[cfg(debug_assertions)]
+    if shape == Shape::Fleet {
+        let settled = member_orgs(true);
+        if !settled.is_empty() {
+            let (changes, touched) = record_history(&tx, shape, &settled)?;
+            assert!(changes.is_empty() && touched.is_empty(), "settled members' history changed: {touched:?}");
+        }
+    }
     let history_ms = split.lap();
     let history =
         catalog::TABLES.into_iter().find(|t| t.role == catalog::Role::History).expect("the catalog has the history");
-    if shape == Shape::Fleet {
+    if shape == Shape::Fleet && !unsettled.is_empty() {
+        let list = sql_list(&unsettled);
         check_keys(&tx, history, &format!("(SELECT * FROM {} WHERE organization IN ({list}))", history.name))?;
     }
     let history_keys_ms = split.lap();
@@ -304,6 +345,7 @@ pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged
         let mut rows: Vec<warehouse::RowCounts> = vec![warehouse::RowCounts::new(); batch.len()];
         let mut replaced: BTreeMap<&'static str, Vec<usize>> = BTreeMap::new();
         let mut fingerprints: Vec<BTreeMap<&'static str, String>> = vec![BTreeMap::new(); batch.len()];
+        let mut settled = vec![false; batch.len()];
         // Where the staging's time goes, for the debug log: fingerprints, stacking, key checks,
         // writing.
         let (mut split, mut fingerprint_us, mut stack_ms, mut check_ms, mut write_ms) = (Laps::start(), 0, 0, 0, 0);
@@ -328,6 +370,9 @@ pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged
                     return Err(LoadError::Bug(format!("the batch has no `{table}` frame to stage")));
                 };
                 rows[i].insert(table.to_owned(), frame.height() as u64);
+                if shape == Shape::Fleet && table == ALWAYS_WRITTEN {
+                    settled[i] = r.open_statuses.as_ref().is_some_and(|open| history_settled(frame, open));
+                }
                 if shape == Shape::Fleet && table != ALWAYS_WRITTEN {
                     let started = std::time::Instant::now();
                     let fingerprint = super::fingerprint::fingerprint(frame);
@@ -390,15 +435,30 @@ pub(crate) fn stage(batch: &[&Ready], shape: Shape, dir: &Path) -> Result<Staged
         tracing::debug!(
             members = batch.len(),
             kept,
+            settled = settled.iter().filter(|s| **s).count(),
             fingerprint_ms,
             stack_ms,
             check_ms,
             write_ms,
-            "staging stages (ms; kept: members' tables whose rows are loaded already)"
+            "staging stages (ms; kept: members' tables whose rows are loaded already; settled: members whose history stays)"
         );
-        Ok(Staged { files, rows, replaced, fingerprints, ms: laps.lap() })
+        Ok(Staged { files, rows, replaced, fingerprints, settled, ms: laps.lap() })
     }))
     .unwrap_or_else(|panic| Err(super::panicked("stage the batch's tables", panic)))
+}
+
+/// Whether a member's `applications` frame leaves its status history as it is: every row's
+/// application has one open history row (`open`, as read before the load), of the row's status.
+/// The history's step ([`record_history`]) then closes none (no status differs) and opens none
+/// (every application has an open row). A frame that cannot be read so is not settled.
+fn history_settled(frame: &polars::prelude::DataFrame, open: &warehouse::OpenStatuses) -> bool {
+    let (Ok(ids), Ok(statuses)) = (frame.column("id"), frame.column("status")) else { return false };
+    let (Ok(ids), Ok(statuses)) = (ids.i64(), statuses.str()) else { return false };
+    ids.len() == statuses.len()
+        && ids.iter().zip(statuses.iter()).all(|(id, status)| match (id, status) {
+            (Some(id), Some(status)) => open.get(&id).is_some_and(|o| o.as_deref() == Some(status)),
+            _ => false,
+        })
 }
 
 /// Writes a staged frame as an uncompressed Parquet file (read back at once), creating its
@@ -635,6 +695,30 @@ mod tests {
         let declared: Vec<&str> = catalog::frames().map(|t| t.name).collect();
         assert_eq!(made, declared);
         assert!(catalog::TABLES.iter().filter(|t| t.role == catalog::Role::Frame).all(|t| t.exported));
+    }
+
+    /// A member is settled only when every application of its frame has exactly one open history
+    /// row, of the frame's status: a new application, a changed status, or an id with two open
+    /// rows each leave it to the history's step.
+    #[test]
+    fn a_member_is_settled_only_when_every_application_has_its_status_open() {
+        use polars::prelude::{Column, DataFrame};
+        let frame = DataFrame::new_infer_height(vec![
+            Column::new("id".into(), vec![1i64, 2]),
+            Column::new("status".into(), vec!["accepted", "pending"]),
+        ])
+        .unwrap();
+        let open = |rows: &[(i64, Option<&str>)]| -> warehouse::OpenStatuses {
+            rows.iter().map(|(id, s)| (*id, s.map(str::to_owned))).collect()
+        };
+        // An application no longer listed keeps its open row: the step never closes it.
+        assert!(history_settled(&frame, &open(&[(1, Some("accepted")), (2, Some("pending")), (3, Some("rejected"))])));
+        assert!(!history_settled(&frame, &open(&[(1, Some("accepted"))])), "application 2 is new");
+        assert!(!history_settled(&frame, &open(&[(1, Some("accepted")), (2, Some("accepted"))])), "2 changed");
+        assert!(!history_settled(&frame, &open(&[(1, Some("accepted")), (2, None)])), "2 has two open rows");
+        assert!(history_settled(&frame.head(Some(0)), &open(&[])), "no application: nothing to record");
+        let no_status = DataFrame::new_infer_height(vec![Column::new("id".into(), vec![1i64])]).unwrap();
+        assert!(!history_settled(&no_status, &open(&[(1, Some("accepted"))])));
     }
 
     /// A staged frame whose key repeats is refused before the transaction, as the SQL check does.

@@ -909,6 +909,15 @@ pub struct PreparedBatch {
     staging: Result<PathBuf, crate::out::OutError>,
 }
 
+#[cfg(test)]
+impl PreparedBatch {
+    /// The ready members found settled when staged ([`Ready::open_statuses`]).
+    fn settled(&self) -> Vec<&str> {
+        let settled = self.staged.as_ref().map_or(&[][..], Staged::settled);
+        self.ready.iter().zip(settled).filter(|(_, s)| **s).map(|((org, _), _)| org.as_str()).collect()
+    }
+}
+
 /// Step 2 of a batch's load, without the warehouse (the fleet's writer runs it on a thread of
 /// its own while it commits the batch before): each member merged with its previous rows and
 /// checked, the whole batch transformed at once ([`super::prepare`]), and the ready members'
@@ -918,11 +927,17 @@ pub fn prepare_batch(read: BatchRead, config: &BatchConfig) -> PreparedBatch {
     // What each member's last load wrote of its frames (those read alone have none: every
     // table of theirs is written).
     let mut loaded_fingerprints: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    // And their applications' open history rows, when read (a load that keeps loaded
+    // applications reads them).
+    let mut open_statuses: BTreeMap<String, warehouse::OpenStatuses> = BTreeMap::new();
     for (Member { org, extracted, report, .. }, rows) in to_merge {
         let laps = crate::progress::Laps::start();
         let result = match rows {
             Some(mut rows) => {
                 loaded_fingerprints.insert(org.clone(), rows.take_fingerprints());
+                if let Some(open) = rows.take_open_statuses() {
+                    open_statuses.insert(org.clone(), open);
+                }
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| merge(Some(&mut rows), extracted, laps)))
                     .unwrap_or_else(|panic| {
                         Err(super::panicked(&format!("merge organization `{org}`'s run with its rows"), panic))
@@ -959,6 +974,7 @@ pub fn prepare_batch(read: BatchRead, config: &BatchConfig) -> PreparedBatch {
                 report,
                 timings: p.timings,
                 loaded_fingerprints: loaded_fingerprints.remove(&org),
+                open_statuses: open_statuses.remove(&org),
             })
         });
         match prepared {

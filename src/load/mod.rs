@@ -275,6 +275,7 @@ pub fn load_extracted(
         report: extract_report.cloned(),
         timings: prepared.timings,
         loaded_fingerprints: None,
+        open_statuses: None,
     }];
     let staging = crate::out::unique_dir(&config.out.staging_dir(), "load-")?;
     let staged = commit::stage(&[&batch[0]], catalog::Shape::One, &staging)?;

@@ -702,3 +702,51 @@ fn rows_read_ahead_load_as_the_batchs_own_and_a_write_drops_them() {
     let b_days = "SELECT count(*) FROM content_daily WHERE organization = 'b' AND current = 105";
     assert_eq!(count(conn, b_days), 8, "b's days before its last window are r2's (two metrics, four days)");
 }
+
+/// A load that keeps loaded applications (here a narrowed run's) reads their open history rows
+/// with them: a member whose every application keeps its one open row's status is settled, and
+/// its history step is not run (the tests' builds run it anyway and check that it changes
+/// nothing); a new application leaves its member to the step, which records it.
+#[test]
+fn members_whose_statuses_all_stay_skip_the_history_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutDir::new(dir.path());
+    let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+    use ApplicationStatus::{Accepted, Pending};
+    let first = w.load(
+        vec![
+            member("a", run("r1", &[(1, Pending), (2, Accepted)], 14, 0)),
+            member("b", run("r1", &[(1, Pending)], 14, 1)),
+        ],
+        &config(false),
+    );
+    assert!(first.iter().all(|(_, r)| r.is_ok()));
+    // Pending applications only: each keeps its loaded applications of other statuses.
+    let narrowed = |run_id: &str, apps: &[(i64, ApplicationStatus)], bias: i64| {
+        let mut r = run(run_id, apps, 14, bias);
+        r.spec.statuses = vec!["pending".into()];
+        r
+    };
+    let read = w.read_batch(vec![
+        member("a", narrowed("r2", &[(1, Pending)], 2)),
+        member("b", narrowed("r2", &[(1, Pending), (3, Pending)], 3)),
+    ]);
+    let prepared = prepare_batch(read, &config(false));
+    assert_eq!(prepared.settled(), ["a"], "b has a new application");
+    let outcomes = w.commit_batch(prepared);
+    assert!(outcomes.iter().all(|(_, r)| r.is_ok()), "both loaded");
+    let conn = w.conn().unwrap();
+    assert_eq!(count(conn, "SELECT count(*) FROM applications WHERE organization = 'a'"), 2, "2 kept");
+    let history = |org: &str| {
+        count(conn, &format!("SELECT count(*) FROM application_status_history WHERE organization = '{org}'"))
+    };
+    assert_eq!((history("a"), history("b")), (2, 2));
+    assert_eq!(
+        count(
+            conn,
+            "SELECT count(*) FROM application_status_history WHERE organization = 'b' AND id = 3 AND valid_to IS NULL"
+        ),
+        1,
+        "b's new application has its open row"
+    );
+}

@@ -27,7 +27,7 @@ use duckdb::Connection;
 
 pub use readback::{
     applications_where, content, content_cursor, in_scope, latest_run, load_rows, previous_rows, scope_filter,
-    snapshot, sync_scope, LoadRows, PreviousRows,
+    snapshot, sync_scope, LoadRows, OpenStatuses, PreviousRows,
 };
 
 use super::catalog::{self, Shape, ORGANIZATION};

@@ -423,7 +423,14 @@ pub struct LoadRows {
     /// Its frame tables' fingerprints as its last load wrote them (`frame_fingerprints`), by
     /// table.
     fingerprints: std::collections::BTreeMap<String, String>,
+    /// The status of each of its applications' open rows of `application_status_history`
+    /// (`valid_to` NULL), by id (`None`: an id with more than one): read with its applications.
+    open_statuses: Option<OpenStatuses>,
 }
+
+/// The statuses of an organization's open `application_status_history` rows, by application
+/// id; `None` for an id with more than one open row.
+pub type OpenStatuses = std::collections::BTreeMap<i64, Option<String>>;
 
 /// The previous rows of the organizations `orgs` of the fleet warehouse `conn` that their
 /// batch's load merges with, with one query per table: the ledger and content of each, and the
@@ -476,7 +483,9 @@ pub fn load_rows(
     let fingerprints_ms = laps.lap();
     if !apps_of.is_empty() {
         for org in apps_of {
-            out.entry(org.clone()).or_default().apps = Some(vec![]);
+            let rows = out.entry(org.clone()).or_default();
+            rows.apps = Some(vec![]);
+            rows.open_statuses = Some(OpenStatuses::new());
         }
         let list = super::sql_list(apps_of);
         read_keyed(
@@ -500,6 +509,27 @@ pub fn load_rows(
             account,
             &mut out,
             |rows, (app_id, account)| add_account(rows.apps.get_or_insert_with(Vec::new), app_id, account),
+        )?;
+        read_keyed(
+            conn,
+            "application_status_history",
+            &format!(
+                "SELECT organization, id, status FROM application_status_history \
+                 WHERE organization IN ({list}) AND valid_to IS NULL"
+            ),
+            |c| Ok((c.get::<i64>("id")?, c.get::<String>("status")?)),
+            &mut out,
+            |rows, (id, status)| {
+                let open = rows.open_statuses.get_or_insert_with(OpenStatuses::new);
+                match open.entry(id) {
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        e.insert(Some(status));
+                    }
+                    std::collections::btree_map::Entry::Occupied(mut e) => {
+                        e.insert(None);
+                    }
+                }
+            },
         )?;
     }
     tracing::debug!(
@@ -582,6 +612,12 @@ impl LoadRows {
         std::mem::take(&mut self.fingerprints)
     }
 
+    /// The statuses of its applications' open history rows, taken; `None` when they were not
+    /// read (with its applications, [`load_rows`]'s `apps_of`).
+    pub fn take_open_statuses(&mut self) -> Option<OpenStatuses> {
+        self.open_statuses.take()
+    }
+
     /// [`content`] of these rows, taken.
     pub fn take_content(&mut self) -> Vec<ContentRow> {
         std::mem::take(&mut self.content)
@@ -598,7 +634,13 @@ impl LoadRows {
         use std::mem::size_of;
         let apps: usize = self.apps.iter().flatten().map(Observation::approximate_bytes).sum();
         let runs: usize = self.runs.iter().map(|r| size_of::<(String, Option<DateTime<Utc>>)>() + r.0.len()).sum();
-        self.content.len() * size_of::<ContentRow>() + apps + runs
+        let open: usize = self
+            .open_statuses
+            .iter()
+            .flatten()
+            .map(|(_, status)| size_of::<(i64, Option<String>)>() + status.as_ref().map_or(0, String::len))
+            .sum();
+        self.content.len() * size_of::<ContentRow>() + apps + runs + open
     }
 
     /// The applications of which `keep` holds, sorted by id as [`applications_where`] gives
