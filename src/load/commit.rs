@@ -11,10 +11,11 @@
 //!    and inserted from the batch's files, whose keys the staging checked (the fleet warehouse
 //!    declares none on these tables: see [`super::catalog`]), for the members whose rows
 //!    changed, and the members' fingerprints recorded (`frame_fingerprints`). Then the status
-//!    history (SCD type 2), its keys checked (in a fleet warehouse, of the members that are not
-//!    *settled*: a member whose every application has an open history row of its status, read
-//!    with the applications a quick sync keeps, changes no history row), and a `runs` row per
-//!    member. The rows per table that the report and the ledger give are the staged ones for
+//!    history (SCD type 2), its keys checked, and a `runs` row per member. In a fleet
+//!    warehouse, the history's step runs only for the members that are neither *settled* (every
+//!    application has an open history row of its status, read with the applications a quick
+//!    sync keeps: the step would change nothing) nor *fresh* (nothing loaded before: their
+//!    applications' first rows are inserted as they are). The rows per table that the report and the ledger give are the staged ones for
 //!    the frame tables (the transaction leaves exactly those, or keeps them), counted for the
 //!    history.
 //!
@@ -54,6 +55,10 @@ pub(crate) struct Ready {
     /// whose every application has one open row, of its status, is *settled*: the history's
     /// step would change none of its rows, and is not run for it ([`stage`]).
     pub open_statuses: Option<warehouse::OpenStatuses>,
+    /// In a fleet warehouse, the organization has no loaded run, so no rows in any table (a
+    /// run's rows commit with its `runs` row): its history is its applications' first rows, and
+    /// their first sightings are theirs.
+    pub fresh: bool,
 }
 
 /// What the commit made of a member: its quality (with the status changes it recorded), its
@@ -148,9 +153,14 @@ pub(crate) fn write(
             return Err(LoadError::Bug(format!("the batch's `{}` rows to replace were not staged", t.name)));
         }
         let source = format!("read_parquet([{}], union_by_name = true, hive_partitioning = false)", files.join(", "));
-        let replaced: Vec<String> = replaced.iter().filter_map(|&i| batch.get(i).and_then(|r| r.org.clone())).collect();
-        let replaced = sql_list(&replaced);
-        let source = if t.name == ALWAYS_WRITTEN { with_first_sightings(&source, shape, &replaced) } else { source };
+        let members: Vec<&Ready> = replaced.iter().filter_map(|&i| batch.get(i).copied()).collect();
+        let replaced = sql_list(&members.iter().filter_map(|r| r.org.clone()).collect::<Vec<_>>());
+        // The first sightings of the members with a history (none of a fresh one's is older).
+        let with_history: Vec<String> = members.iter().filter(|r| !r.fresh).filter_map(|r| r.org.clone()).collect();
+        let source = match t.name == ALWAYS_WRITTEN && (shape == Shape::One || !with_history.is_empty()) {
+            true => with_first_sightings(&source, shape, &sql_list(&with_history)),
+            false => source,
+        };
         sql.push_str(&replace_rows(t, shape, &source, &replaced));
     }
     if shape == Shape::Fleet {
@@ -161,24 +171,29 @@ pub(crate) fn write(
     let tx = conn.unchecked_transaction().map_err(|e| LoadError::db("begin the load's transaction", e))?;
     tx.execute_batch(&sql).map_err(|e| LoadError::db("load the run's tables", e))?;
     let tables_ms = split.lap();
-    // The status history of the members that are not settled (every one, in one organization's
-    // warehouse): a settled member's step would change none of its rows.
-    let member_orgs = |settled: bool| -> Vec<String> {
-        batch.iter().zip(&staged.settled).filter(|(_, s)| **s == settled).filter_map(|(r, _)| r.org.clone()).collect()
-    };
+    // The status history: in one organization's warehouse, its step; in a fleet warehouse, the
+    // step for the members neither settled (it would change none of their rows) nor fresh
+    // (whose history is its applications' first rows, inserted as they are).
     if shape == Shape::Fleet && staged.settled.len() != batch.len() {
         return Err(LoadError::Bug("the batch's members were not all found settled or not".into()));
     }
-    let unsettled = member_orgs(false);
-    let (changes, history_changed) = match shape {
-        Shape::Fleet if unsettled.is_empty() => Default::default(),
-        _ => record_history(&tx, shape, &unsettled)?,
+    let members_where = |keep: &dyn Fn(&Ready, bool) -> bool| -> Vec<String> {
+        batch.iter().zip(&staged.settled).filter(|(r, s)| keep(r, **s)).filter_map(|(r, _)| r.org.clone()).collect()
     };
+    let stepped = members_where(&|r, settled| !settled && !r.fresh);
+    let fresh = members_where(&|r, _| r.fresh);
+    let (changes, mut history_changed) = match shape {
+        Shape::Fleet if stepped.is_empty() => Default::default(),
+        _ => record_history(&tx, shape, &stepped)?,
+    };
+    if !fresh.is_empty() {
+        history_changed.extend(open_first_rows(&tx, &fresh)?.into_iter().map(Some));
+    }
     // The tests' builds run the step for the settled members too, and check that it changes
     // nothing.
     #[cfg(debug_assertions)]
     if shape == Shape::Fleet {
-        let settled = member_orgs(true);
+        let settled = members_where(&|r, settled| settled && !r.fresh);
         if !settled.is_empty() {
             let (changes, touched) = record_history(&tx, shape, &settled)?;
             assert!(changes.is_empty() && touched.is_empty(), "settled members' history changed: {touched:?}");
@@ -187,8 +202,11 @@ pub(crate) fn write(
     let history_ms = split.lap();
     let history =
         catalog::TABLES.into_iter().find(|t| t.role == catalog::Role::History).expect("the catalog has the history");
-    if shape == Shape::Fleet && !unsettled.is_empty() {
-        let list = sql_list(&unsettled);
+    // A fresh member's history rows have its applications' keys, checked when staged; the
+    // tests' builds check them here too.
+    let checked = if cfg!(debug_assertions) { members_where(&|r, settled| !settled || r.fresh) } else { stepped };
+    if shape == Shape::Fleet && !checked.is_empty() {
+        let list = sql_list(&checked);
         check_keys(&tx, history, &format!("(SELECT * FROM {} WHERE organization IN ({list}))", history.name))?;
     }
     let history_keys_ms = split.lap();
@@ -531,6 +549,42 @@ fn record_history(
     drop(stmt);
     tracing::debug!(close_ms, open_ms = laps.lap(), "history stages (ms)");
     Ok((changed, touched))
+}
+
+/// Opens the first history row of every application of the fresh organizations `orgs` (in a
+/// fleet warehouse; they have no history row yet): what [`record_history`]'s step does for
+/// them, without looking for rows to close or rows already open. Returns those with an
+/// application.
+fn open_first_rows(conn: &Connection, orgs: &[String]) -> Result<BTreeSet<String>, LoadError> {
+    let list = sql_list(orgs);
+    // The tests' builds check that they have no history row indeed.
+    #[cfg(debug_assertions)]
+    {
+        let rows: i64 = conn
+            .query_row(
+                &format!("SELECT count(*) FROM application_status_history WHERE organization IN ({list})"),
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| LoadError::db("read `application_status_history`", e))?;
+        assert_eq!(rows, 0, "a fresh member has history rows");
+    }
+    let failed = |e| LoadError::db("open statuses in `application_status_history`", e);
+    let mut stmt = conn
+        .prepare(&format!(
+            "INSERT INTO application_status_history \
+             SELECT organization, id, status, last_seen_at, NULL FROM applications WHERE organization IN ({list}) \
+             RETURNING organization"
+        ))
+        .map_err(failed)?;
+    let mut opened = BTreeSet::new();
+    for org in stmt.query_map([], |r| r.get::<_, String>(0)).map_err(failed)? {
+        let org = org.map_err(failed)?;
+        if !opened.contains(&org) {
+            opened.insert(org);
+        }
+    }
+    Ok(opened)
 }
 
 /// The statements that record the batch's members' (`orgs`, in the batch's order) frames'

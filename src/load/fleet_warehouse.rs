@@ -930,6 +930,9 @@ pub fn prepare_batch(read: BatchRead, config: &BatchConfig) -> PreparedBatch {
     // And their applications' open history rows, when read (a load that keeps loaded
     // applications reads them).
     let mut open_statuses: BTreeMap<String, warehouse::OpenStatuses> = BTreeMap::new();
+    // Those with nothing loaded: no rows in any table.
+    let fresh: BTreeSet<String> =
+        to_merge.iter().filter(|(_, rows)| rows.is_none()).map(|(m, _)| m.org.clone()).collect();
     for (Member { org, extracted, report, .. }, rows) in to_merge {
         let laps = crate::progress::Laps::start();
         let result = match rows {
@@ -975,6 +978,7 @@ pub fn prepare_batch(read: BatchRead, config: &BatchConfig) -> PreparedBatch {
                 timings: p.timings,
                 loaded_fingerprints: loaded_fingerprints.remove(&org),
                 open_statuses: open_statuses.remove(&org),
+                fresh: fresh.contains(&org),
             })
         });
         match prepared {

@@ -276,6 +276,7 @@ pub fn load_extracted(
         timings: prepared.timings,
         loaded_fingerprints: None,
         open_statuses: None,
+        fresh: false,
     }];
     let staging = crate::out::unique_dir(&config.out.staging_dir(), "load-")?;
     let staged = commit::stage(&[&batch[0]], catalog::Shape::One, &staging)?;

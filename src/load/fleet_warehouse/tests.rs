@@ -195,15 +195,18 @@ fn a_batch_replaces_exactly_its_members_rows() {
     assert_eq!(count(w.conn().unwrap(), "SELECT count(*) FROM runs WHERE organization = 'acme'"), 2);
 
     // Each application keeps its first sighting, its own organization's, in a batch of both:
-    // 0042's application 1 is another than acme's (seen 5 seconds earlier).
+    // 0042's application 1 is another than acme's (seen 5 seconds earlier), and another than
+    // that of an organization loaded for the first time in the same batch.
     let outcomes = w.load(
         vec![
             member("0042", run("r3", &[(1, Rejected), (3, Pending)], 21, 9)),
             member("acme", run("r3", &[(1, Accepted)], 14, 10)),
+            // And one with nothing loaded before: its history is its applications' first rows.
+            member("new", run("r1", &[(1, Pending), (2, Accepted)], 14, 11)),
         ],
         &config(false),
     );
-    assert!(outcomes.iter().all(|(_, r)| r.is_ok()), "both loaded");
+    assert!(outcomes.iter().all(|(_, r)| r.is_ok()), "all loaded");
     w.conn().unwrap();
     // Whether the application's one row says it was first seen `first` and last seen `last`
     // seconds after the first run's observation.
@@ -220,6 +223,20 @@ fn a_batch_replaces_exactly_its_members_rows() {
     assert!(seen("0042", 1, 5, 9));
     assert!(seen("0042", 3, 5, 9));
     assert!(seen("acme", 1, 0, 10));
+    assert!(seen("new", 1, 11, 11));
+    assert_eq!(
+        count(
+            w.conn.as_ref().unwrap(),
+            "SELECT count(*) FROM application_status_history h JOIN applications a USING (organization, id) \
+             WHERE organization = 'new' AND h.valid_to IS NULL AND h.status = a.status AND h.valid_from = a.last_seen_at"
+        ),
+        2,
+        "each of its applications has its one open row"
+    );
+    assert_eq!(
+        count(w.conn.as_ref().unwrap(), "SELECT count(*) FROM application_status_history WHERE organization = 'new'"),
+        2
+    );
 }
 
 /// Under `--strict`, a member whose content fails the checks fails alone: the others of its
