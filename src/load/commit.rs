@@ -13,9 +13,11 @@
 //!    changed, and the members' fingerprints recorded (`frame_fingerprints`). Then the status
 //!    history (SCD type 2), its keys checked, and a `runs` row per member. In a fleet
 //!    warehouse, the history's step runs only for the members that are neither *settled* (every
-//!    application has an open history row of its status, read with the applications a quick
-//!    sync keeps: the step would change nothing) nor *fresh* (nothing loaded before: their
-//!    applications' first rows are inserted as they are). The rows per table that the report and the ledger give are the staged ones for
+//!    application has exactly one open history row, of its status, as read with the
+//!    applications that a quick or narrowed sync's load keeps: the step would change nothing;
+//!    the tests' builds run it anyway and check that) nor *fresh* (nothing loaded before, and no
+//!    history row found in the transaction: their applications' first rows are inserted as
+//!    they are). The rows per table that the report and the ledger give are the staged ones for
 //!    the frame tables (the transaction leaves exactly those, or keeps them), counted for the
 //!    history.
 //!
@@ -50,14 +52,21 @@ pub(crate) struct Ready {
     /// (`frame_fingerprints`, by table): a table whose frame has the same is not written again.
     /// `None`: not known (every table is written).
     pub loaded_fingerprints: Option<BTreeMap<String, String>>,
-    /// In a fleet warehouse, the statuses of its applications' open rows of the status history
-    /// before this load, when they were read (with the applications its load keeps). A member
+    /// In a fleet warehouse, the statuses of the organization's open rows of the status history
+    /// before this load, when they were read (with the applications a quick or narrowed load
+    /// keeps). A member
     /// whose every application has one open row, of its status, is *settled*: the history's
     /// step would change none of its rows, and is not run for it ([`stage`]).
     pub open_statuses: Option<warehouse::OpenStatuses>,
-    /// In a fleet warehouse, the organization has no loaded run, so no rows in any table (a
-    /// run's rows commit with its `runs` row): its history is its applications' first rows, and
-    /// their first sightings are theirs.
+    /// In a fleet warehouse, the organization has no loaded run, so no rows in its data tables
+    /// or history (a run's rows commit with its `runs` row; the transaction checks the history,
+    /// [`fresh_members`]): its history is its applications' first rows, and their first
+    /// sightings are theirs.
+    ///
+    /// This, [`Ready::open_statuses`] and [`Ready::loaded_fingerprints`] are read before the
+    /// batch's commit, the fleet's next batch's while the one before commits: they stay true
+    /// because an organization loads once per fleet run, so it is never in two batches at once,
+    /// and a write of its rows drops those read ahead ([`super::fleet_warehouse`]).
     pub fresh: bool,
 }
 
@@ -141,6 +150,10 @@ pub(crate) fn write(
     // The transaction's parts, for the debug log.
     let mut split = Laps::start();
     let orgs: Vec<String> = batch.iter().filter_map(|r| r.org.clone()).collect();
+    let tx = conn.unchecked_transaction().map_err(|e| LoadError::db("begin the load's transaction", e))?;
+    // The fresh members (nothing loaded before) that indeed have no history row.
+    let fresh = fresh_members(&tx, batch)?;
+    let is_fresh = |r: &Ready| r.org.as_ref().is_some_and(|o| fresh.contains(o));
     let mut sql = String::new();
     for t in catalog::frames() {
         let replaced = staged.replaced.get(t.name).map_or(&[][..], Vec::as_slice);
@@ -156,7 +169,7 @@ pub(crate) fn write(
         let members: Vec<&Ready> = replaced.iter().filter_map(|&i| batch.get(i).copied()).collect();
         let replaced = sql_list(&members.iter().filter_map(|r| r.org.clone()).collect::<Vec<_>>());
         // The first sightings of the members with a history (none of a fresh one's is older).
-        let with_history: Vec<String> = members.iter().filter(|r| !r.fresh).filter_map(|r| r.org.clone()).collect();
+        let with_history: Vec<String> = members.iter().filter(|r| !is_fresh(r)).filter_map(|r| r.org.clone()).collect();
         let source = match t.name == ALWAYS_WRITTEN && (shape == Shape::One || !with_history.is_empty()) {
             true => with_first_sightings(&source, shape, &sql_list(&with_history)),
             false => source,
@@ -168,7 +181,6 @@ pub(crate) fn write(
     }
     // (The staged rows' keys were checked by `stage`.)
     let sql_ms = split.lap();
-    let tx = conn.unchecked_transaction().map_err(|e| LoadError::db("begin the load's transaction", e))?;
     tx.execute_batch(&sql).map_err(|e| LoadError::db("load the run's tables", e))?;
     let tables_ms = split.lap();
     // The status history: in one organization's warehouse, its step; in a fleet warehouse, the
@@ -180,8 +192,8 @@ pub(crate) fn write(
     let members_where = |keep: &dyn Fn(&Ready, bool) -> bool| -> Vec<String> {
         batch.iter().zip(&staged.settled).filter(|(r, s)| keep(r, **s)).filter_map(|(r, _)| r.org.clone()).collect()
     };
-    let stepped = members_where(&|r, settled| !settled && !r.fresh);
-    let fresh = members_where(&|r, _| r.fresh);
+    let stepped = members_where(&|r, settled| !settled && !is_fresh(r));
+    let fresh = members_where(&|r, _| is_fresh(r));
     let (changes, mut history_changed) = match shape {
         Shape::Fleet if stepped.is_empty() => Default::default(),
         _ => record_history(&tx, shape, &stepped)?,
@@ -193,7 +205,7 @@ pub(crate) fn write(
     // nothing.
     #[cfg(debug_assertions)]
     if shape == Shape::Fleet {
-        let settled = members_where(&|r, settled| settled && !r.fresh);
+        let settled = members_where(&|r, settled| settled && !is_fresh(r));
         if !settled.is_empty() {
             let (changes, touched) = record_history(&tx, shape, &settled)?;
             assert!(changes.is_empty() && touched.is_empty(), "settled members' history changed: {touched:?}");
@@ -204,7 +216,7 @@ pub(crate) fn write(
         catalog::TABLES.into_iter().find(|t| t.role == catalog::Role::History).expect("the catalog has the history");
     // A fresh member's history rows have its applications' keys, checked when staged; the
     // tests' builds check them here too.
-    let checked = if cfg!(debug_assertions) { members_where(&|r, settled| !settled || r.fresh) } else { stepped };
+    let checked = if cfg!(debug_assertions) { members_where(&|r, settled| !settled || is_fresh(r)) } else { stepped };
     if shape == Shape::Fleet && !checked.is_empty() {
         let list = sql_list(&checked);
         check_keys(&tx, history, &format!("(SELECT * FROM {} WHERE organization IN ({list}))", history.name))?;
@@ -551,24 +563,35 @@ fn record_history(
     Ok((changed, touched))
 }
 
+/// The batch's members (in a fleet warehouse) that are fresh ([`Ready::fresh`]) and have no row
+/// of `application_status_history` indeed, read in the load's transaction: one with rows (which
+/// nothing that writes the fleet warehouse leaves) is not fresh, and gets the history's step.
+fn fresh_members(conn: &Connection, batch: &[&Ready]) -> Result<BTreeSet<String>, LoadError> {
+    let mut fresh: BTreeSet<String> = batch.iter().filter(|r| r.fresh).filter_map(|r| r.org.clone()).collect();
+    if fresh.is_empty() {
+        return Ok(fresh);
+    }
+    let list = sql_list(&fresh.iter().cloned().collect::<Vec<_>>());
+    let failed = |e| LoadError::db("read `application_status_history`", e);
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT DISTINCT organization FROM application_status_history WHERE organization IN ({list})"
+        ))
+        .map_err(failed)?;
+    for org in stmt.query_map([], |r| r.get::<_, String>(0)).map_err(failed)? {
+        let org = org.map_err(failed)?;
+        tracing::warn!(organization = %org, "an organization with nothing loaded has status history rows; recording its history by the full step");
+        fresh.remove(&org);
+    }
+    Ok(fresh)
+}
+
 /// Opens the first history row of every application of the fresh organizations `orgs` (in a
-/// fleet warehouse; they have no history row yet): what [`record_history`]'s step does for
+/// fleet warehouse; they have no history row, [`fresh_members`]): what [`record_history`]'s step does for
 /// them, without looking for rows to close or rows already open. Returns those with an
 /// application.
 fn open_first_rows(conn: &Connection, orgs: &[String]) -> Result<BTreeSet<String>, LoadError> {
     let list = sql_list(orgs);
-    // The tests' builds check that they have no history row indeed.
-    #[cfg(debug_assertions)]
-    {
-        let rows: i64 = conn
-            .query_row(
-                &format!("SELECT count(*) FROM application_status_history WHERE organization IN ({list})"),
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| LoadError::db("read `application_status_history`", e))?;
-        assert_eq!(rows, 0, "a fresh member has history rows");
-    }
     let failed = |e| LoadError::db("open statuses in `application_status_history`", e);
     let mut stmt = conn
         .prepare(&format!(

@@ -767,3 +767,44 @@ fn members_whose_statuses_all_stay_skip_the_history_step() {
         "b's new application has its open row"
     );
 }
+
+/// An organization with nothing loaded but rows in the status history (written by something
+/// else) gets the history's whole step, not its applications' first rows again: its open row
+/// stays the one row of its application, and its first sighting is that row's.
+#[test]
+fn history_rows_without_a_loaded_run_get_the_whole_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = OutDir::new(dir.path());
+    let mut w = FleetWarehouse::open(&out, Duration::from_secs(3600)).unwrap();
+    w.conn()
+        .unwrap()
+        .execute_batch(
+            "INSERT INTO application_status_history (organization, id, status, valid_from, valid_to) \
+             VALUES ('ghost', 1, 'pending', TIMESTAMPTZ '2026-11-01 00:00:00+00', NULL);",
+        )
+        .unwrap();
+    use ApplicationStatus::Pending;
+    let outcomes = w.load(
+        vec![
+            member("ghost", run("r1", &[(1, Pending), (2, Pending)], 14, 0)),
+            member("other", run("r1", &[(1, Pending)], 14, 1)),
+        ],
+        &config(false),
+    );
+    assert!(outcomes.iter().all(|(_, r)| r.is_ok()), "both loaded");
+    let conn = w.conn().unwrap();
+    assert_eq!(
+        count(conn, "SELECT count(*) FROM application_status_history WHERE organization = 'ghost'"),
+        2,
+        "application 1's row kept, 2's opened"
+    );
+    assert_eq!(
+        count(
+            conn,
+            "SELECT count(*) FROM applications WHERE organization = 'ghost' AND id = 1 \
+             AND first_seen_at = TIMESTAMPTZ '2026-11-01 00:00:00+00'"
+        ),
+        1
+    );
+    assert_eq!(count(conn, "SELECT count(*) FROM application_status_history WHERE organization = 'other'"), 1);
+}

@@ -538,7 +538,7 @@ pub fn load_rows(
         content_ms,
         fingerprints_ms,
         applications_ms = laps.lap(),
-        "previous rows read (ms)"
+        "previous rows read (ms; applications_ms: with their accounts and open history rows)"
     );
     Ok(out)
 }
@@ -628,8 +628,9 @@ impl LoadRows {
         self.apps.is_some()
     }
 
-    /// About how many bytes these rows hold in memory (their content rows, and their
-    /// applications with their strings and accounts): what bounds the rows read ahead.
+    /// About how many bytes these rows hold in memory (their content rows, their applications
+    /// with their strings and accounts, their runs and open history statuses): what bounds the
+    /// rows read ahead.
     pub fn approximate_bytes(&self) -> usize {
         use std::mem::size_of;
         let apps: usize = self.apps.iter().flatten().map(Observation::approximate_bytes).sum();
