@@ -16,8 +16,8 @@
 //!    application has exactly one open history row, of its status, as read with the
 //!    applications that a quick or narrowed sync's load keeps: the step would change nothing;
 //!    the tests' builds run it anyway and check that) nor *fresh* (nothing loaded before, and no
-//!    history row found in the transaction: their applications' first rows are inserted as
-//!    they are). The rows per table that the report and the ledger give are the staged ones for
+//!    history row found when the warehouse opened: their applications' first rows are inserted
+//!    as they are). The rows per table that the report and the ledger give are the staged ones for
 //!    the frame tables (the transaction leaves exactly those, or keeps them), counted for the
 //!    history.
 //!
@@ -59,9 +59,9 @@ pub(crate) struct Ready {
     /// step would change none of its rows, and is not run for it ([`stage`]).
     pub open_statuses: Option<warehouse::OpenStatuses>,
     /// In a fleet warehouse, the organization has no loaded run, so no rows in its data tables
-    /// or history (a run's rows commit with its `runs` row; the transaction checks the history,
-    /// [`fresh_members`]): its history is its applications' first rows, and their first
-    /// sightings are theirs.
+    /// or history (a run's rows commit with its `runs` row; an organization whose history rows
+    /// were written by something else, found when the warehouse opened, is not fresh): its
+    /// history is its applications' first rows, and their first sightings are theirs.
     ///
     /// This, [`Ready::open_statuses`] and [`Ready::loaded_fingerprints`] are read before the
     /// batch's commit, the fleet's next batch's while the one before commits: they stay true
@@ -151,9 +151,10 @@ pub(crate) fn write(
     let mut split = Laps::start();
     let orgs: Vec<String> = batch.iter().filter_map(|r| r.org.clone()).collect();
     let tx = conn.unchecked_transaction().map_err(|e| LoadError::db("begin the load's transaction", e))?;
-    // The fresh members (nothing loaded before) that indeed have no history row.
-    let fresh = fresh_members(&tx, batch)?;
-    let is_fresh = |r: &Ready| r.org.as_ref().is_some_and(|o| fresh.contains(o));
+    // The tests' builds check that the fresh members have no history row indeed.
+    #[cfg(debug_assertions)]
+    assert_fresh(&tx, batch)?;
+    let is_fresh = |r: &Ready| r.fresh && shape == Shape::Fleet;
     let mut sql = String::new();
     for t in catalog::frames() {
         let replaced = staged.replaced.get(t.name).map_or(&[][..], Vec::as_slice);
@@ -289,7 +290,7 @@ pub(crate) fn write(
         counts_ms,
         runs_ms,
         commit_ms,
-        "transaction stages (ms; sql_ms: the statements built)"
+        "transaction stages (ms; sql_ms: the transaction begun, the statements built)"
     );
     Ok(committed
         .into_iter()
@@ -563,31 +564,27 @@ fn record_history(
     Ok((changed, touched))
 }
 
-/// The batch's members (in a fleet warehouse) that are fresh ([`Ready::fresh`]) and have no row
-/// of `application_status_history` indeed, read in the load's transaction: one with rows (which
-/// nothing that writes the fleet warehouse leaves) is not fresh, and gets the history's step.
-fn fresh_members(conn: &Connection, batch: &[&Ready]) -> Result<BTreeSet<String>, LoadError> {
-    let mut fresh: BTreeSet<String> = batch.iter().filter(|r| r.fresh).filter_map(|r| r.org.clone()).collect();
+/// Checks that the batch's fresh members ([`Ready::fresh`]) have no row of
+/// `application_status_history`: the tests' builds do, in the load's transaction.
+#[cfg(debug_assertions)]
+fn assert_fresh(conn: &Connection, batch: &[&Ready]) -> Result<(), LoadError> {
+    let fresh: Vec<String> = batch.iter().filter(|r| r.fresh).filter_map(|r| r.org.clone()).collect();
     if fresh.is_empty() {
-        return Ok(fresh);
+        return Ok(());
     }
-    let list = sql_list(&fresh.iter().cloned().collect::<Vec<_>>());
-    let failed = |e| LoadError::db("read `application_status_history`", e);
-    let mut stmt = conn
-        .prepare(&format!(
-            "SELECT DISTINCT organization FROM application_status_history WHERE organization IN ({list})"
-        ))
-        .map_err(failed)?;
-    for org in stmt.query_map([], |r| r.get::<_, String>(0)).map_err(failed)? {
-        let org = org.map_err(failed)?;
-        tracing::warn!(organization = %org, "an organization with nothing loaded has status history rows; recording its history by the full step");
-        fresh.remove(&org);
-    }
-    Ok(fresh)
+    let rows: i64 = conn
+        .query_row(
+            &format!("SELECT count(*) FROM application_status_history WHERE organization IN ({})", sql_list(&fresh)),
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| LoadError::db("read `application_status_history`", e))?;
+    assert_eq!(rows, 0, "a fresh member has history rows");
+    Ok(())
 }
 
 /// Opens the first history row of every application of the fresh organizations `orgs` (in a
-/// fleet warehouse; they have no history row, [`fresh_members`]): what [`record_history`]'s step does for
+/// fleet warehouse; they have no history row, [`Ready::fresh`]): what [`record_history`]'s step does for
 /// them, without looking for rows to close or rows already open. Returns those with an
 /// application.
 fn open_first_rows(conn: &Connection, orgs: &[String]) -> Result<BTreeSet<String>, LoadError> {

@@ -88,6 +88,10 @@ pub struct FleetWarehouse {
     dirty: Dirty,
     /// The organizations with a loaded run.
     loaded: BTreeSet<String>,
+    /// Organizations with status history rows but no loaded run, found when the warehouse
+    /// opened (nothing creator-etl writes leaves one; one written by something else): their
+    /// first load is not *fresh* ([`Ready::fresh`]) and gets the history's whole step.
+    history_unloaded: BTreeSet<String>,
     /// The organizations of each segment of the Parquet tree's current version, per table (read
     /// from the files for a table not in it).
     segments: Segments,
@@ -116,6 +120,7 @@ impl FleetWarehouse {
             unpublished: false,
             dirty: Dirty::new(),
             loaded: BTreeSet::new(),
+            history_unloaded: BTreeSet::new(),
             segments: Segments::new(),
             previous: BTreeMap::new(),
             ahead: BTreeMap::new(),
@@ -145,7 +150,25 @@ impl FleetWarehouse {
         w.unpublished = !unexported.is_empty() || behind;
         w.mark_dirty(&unexported);
         w.loaded = w.organizations()?;
+        w.history_unloaded = w.history_unloaded()?;
         Ok(w)
+    }
+
+    /// The organizations with status history rows and no loaded run (one scan of the history).
+    fn history_unloaded(&mut self) -> Result<BTreeSet<String>, LoadError> {
+        let conn = self.conn()?;
+        let read = |e| LoadError::db("read `application_status_history`", e);
+        let mut stmt = conn
+            .prepare(
+                "SELECT DISTINCT organization FROM application_status_history EXCEPT SELECT organization FROM runs",
+            )
+            .map_err(read)?;
+        let orgs: BTreeSet<String> =
+            stmt.query_map([], |r| r.get(0)).map_err(read)?.collect::<Result<_, _>>().map_err(read)?;
+        if !orgs.is_empty() {
+            tracing::warn!(organizations = orgs.len(), "organizations without a loaded run have status history rows; their first loads record their history by the whole step");
+        }
+        Ok(orgs)
     }
 
     /// Marks every exported table of the organizations `orgs` as changed since the last export.
@@ -411,6 +434,7 @@ impl FleetWarehouse {
             results: BTreeMap::new(),
             merged: vec![],
             to_merge: vec![],
+            fresh: BTreeSet::new(),
             share,
             // A directory of its own: batches (and the lake's staging) overlap in time.
             staging: crate::out::unique_dir(&self.out.staging_dir(), "batch-"),
@@ -425,7 +449,12 @@ impl FleetWarehouse {
                     }
                     alone.push(member);
                 }
-                (false, _) => read.to_merge.push((member, None)),
+                (false, _) => {
+                    if !self.history_unloaded.contains(&member.org) {
+                        read.fresh.insert(member.org.clone());
+                    }
+                    read.to_merge.push((member, None))
+                }
             }
         }
         // Those read alone, through their views, of their rows gathered together (one scan per
@@ -875,6 +904,8 @@ pub struct BatchRead {
     merged: Vec<(String, Option<ExtractReport>, Merged)>,
     /// The members to merge, each with its previous rows (`None`: it has nothing loaded).
     to_merge: Vec<(Member, Option<warehouse::LoadRows>)>,
+    /// The members that are fresh ([`Ready::fresh`]).
+    fresh: BTreeSet<String>,
     /// Each member's share of the batch's read, in milliseconds.
     share: u64,
     /// The batch's staging directory.
@@ -923,16 +954,13 @@ impl PreparedBatch {
 /// checked, the whole batch transformed at once ([`super::prepare`]), and the ready members'
 /// frames staged as Parquet files under the batch's directory.
 pub fn prepare_batch(read: BatchRead, config: &BatchConfig) -> PreparedBatch {
-    let BatchRead { order, mut results, mut merged, to_merge, share, staging } = read;
+    let BatchRead { order, mut results, mut merged, to_merge, fresh, share, staging } = read;
     // What each member's last load wrote of its frames (those read alone have none: every
     // table of theirs is written).
     let mut loaded_fingerprints: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
     // And their applications' open history rows, when read (a load that keeps loaded
     // applications reads them).
     let mut open_statuses: BTreeMap<String, warehouse::OpenStatuses> = BTreeMap::new();
-    // Those with nothing loaded: no rows in any table.
-    let fresh: BTreeSet<String> =
-        to_merge.iter().filter(|(_, rows)| rows.is_none()).map(|(m, _)| m.org.clone()).collect();
     for (Member { org, extracted, report, .. }, rows) in to_merge {
         let laps = crate::progress::Laps::start();
         let result = match rows {

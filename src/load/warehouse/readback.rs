@@ -423,8 +423,9 @@ pub struct LoadRows {
     /// Its frame tables' fingerprints as its last load wrote them (`frame_fingerprints`), by
     /// table.
     fingerprints: std::collections::BTreeMap<String, String>,
-    /// The status of each of its applications' open rows of `application_status_history`
-    /// (`valid_to` NULL), by id (`None`: an id with more than one): read with its applications.
+    /// The status of each of the organization's open rows of `application_status_history`
+    /// (`valid_to` NULL), by application id (`None`: an id with more than one): read with its
+    /// applications.
     open_statuses: Option<OpenStatuses>,
 }
 
