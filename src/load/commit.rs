@@ -54,9 +54,8 @@ pub(crate) struct Ready {
     pub loaded_fingerprints: Option<BTreeMap<String, String>>,
     /// In a fleet warehouse, the statuses of the organization's open rows of the status history
     /// before this load, when they were read (with the applications a quick or narrowed load
-    /// keeps). A member
-    /// whose every application has one open row, of its status, is *settled*: the history's
-    /// step would change none of its rows, and is not run for it ([`stage`]).
+    /// keeps). A member whose every application has one open row, of its status, is *settled*:
+    /// the history's step would change none of its rows, and is not run for it ([`stage`]).
     pub open_statuses: Option<warehouse::OpenStatuses>,
     /// In a fleet warehouse, the organization has no loaded run, so no rows in its data tables
     /// or history (a run's rows commit with its `runs` row; an organization whose history rows
@@ -200,7 +199,13 @@ pub(crate) fn write(
         _ => record_history(&tx, shape, &stepped)?,
     };
     if !fresh.is_empty() {
-        history_changed.extend(open_first_rows(&tx, &fresh)?.into_iter().map(Some));
+        open_first_rows(&tx, &fresh)?;
+        // Those with an application have rows opened: its staged applications are its rows.
+        let opened = batch
+            .iter()
+            .zip(&staged.rows)
+            .filter(|(r, rows)| is_fresh(r) && rows.get(ALWAYS_WRITTEN).is_some_and(|n| *n > 0));
+        history_changed.extend(opened.map(|(r, _)| r.org.clone()));
     }
     // The tests' builds run the step for the settled members too, and check that it changes
     // nothing.
@@ -509,8 +514,8 @@ pub(crate) fn write_parquet(path: &Path, df: &mut polars::prelude::DataFrame) ->
 
 /// SCD2 on `application_status_history`: close the current row of every application whose
 /// status changed and open a new one; first sightings open a row (the rows of `applications`
-/// carry their first sightings as written: [`with_first_sightings`]). In a fleet warehouse, only the organizations `orgs`, each
-/// application's history its organization's. Returns the changes per organization (`None` for
+/// carry their first sightings as written: [`with_first_sightings`]). In a fleet warehouse,
+/// only the organizations `orgs`, each application's history its organization's. Returns the changes per organization (`None` for
 /// one organization's warehouse), and the organizations whose history rows it closed or opened.
 fn record_history(
     conn: &Connection,
@@ -584,27 +589,15 @@ fn assert_fresh(conn: &Connection, batch: &[&Ready]) -> Result<(), LoadError> {
 }
 
 /// Opens the first history row of every application of the fresh organizations `orgs` (in a
-/// fleet warehouse; they have no history row, [`Ready::fresh`]): what [`record_history`]'s step does for
-/// them, without looking for rows to close or rows already open. Returns those with an
-/// application.
-fn open_first_rows(conn: &Connection, orgs: &[String]) -> Result<BTreeSet<String>, LoadError> {
-    let list = sql_list(orgs);
-    let failed = |e| LoadError::db("open statuses in `application_status_history`", e);
-    let mut stmt = conn
-        .prepare(&format!(
-            "INSERT INTO application_status_history \
-             SELECT organization, id, status, last_seen_at, NULL FROM applications WHERE organization IN ({list}) \
-             RETURNING organization"
-        ))
-        .map_err(failed)?;
-    let mut opened = BTreeSet::new();
-    for org in stmt.query_map([], |r| r.get::<_, String>(0)).map_err(failed)? {
-        let org = org.map_err(failed)?;
-        if !opened.contains(&org) {
-            opened.insert(org);
-        }
-    }
-    Ok(opened)
+/// fleet warehouse; they have no history row, [`Ready::fresh`]): what [`record_history`]'s
+/// step does for them, without looking for rows to close or rows already open.
+fn open_first_rows(conn: &Connection, orgs: &[String]) -> Result<(), LoadError> {
+    conn.execute_batch(&format!(
+        "INSERT INTO application_status_history \
+         SELECT organization, id, status, last_seen_at, NULL FROM applications WHERE organization IN ({});",
+        sql_list(orgs)
+    ))
+    .map_err(|e| LoadError::db("open statuses in `application_status_history`", e))
 }
 
 /// The statements that record the batch's members' (`orgs`, in the batch's order) frames'
