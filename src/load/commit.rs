@@ -347,12 +347,14 @@ fn check_frame_keys(t: &Table, df: &polars::prelude::DataFrame) -> Result<(), Lo
         return Ok(());
     }
     let key = t.key_of(Shape::Fleet);
-    let distinct = df
-        .select(key.iter().copied())
-        .and_then(|k| k.unique_stable(None, polars::prelude::UniqueKeepStrategy::Any, None))
-        .map_err(|source| LoadError::Stage { table: t.name.to_owned(), source })?
-        .height();
-    let duplicates = df.height() - distinct;
+    // Each row's key as bytes (equal keys, equal bytes), counted in a set: no groups are built
+    // and no rows gathered, as a `unique` would.
+    let rows = df
+        .select_to_vec(key.iter().copied())
+        .and_then(|columns| polars::chunked_array::ops::row_encode::encode_rows_unordered(&columns))
+        .map_err(|source| LoadError::Stage { table: t.name.to_owned(), source })?;
+    let mut seen = polars::polars_utils::aliases::PlHashSet::with_capacity_and_hasher(rows.len(), Default::default());
+    let duplicates = rows.iter().filter(|row| !seen.insert(*row)).count();
     if duplicates != 0 {
         return Err(LoadError::DuplicateKeys {
             table: t.name.to_owned(),
