@@ -284,7 +284,8 @@ fn export_segments(
     };
     let year = if t.by_year { ", year(date) AS year" } else { "" };
     // When every organization of the table is written, a segment's members are all those
-    // between its first and last (`with_rows` is all of them, in DuckDB's order): a range
+    // between its first and last (`with_rows` is all of them, in DuckDB's order, and this
+    // connection is the file's one writer: no row comes between the two statements): a range
     // filter costs less than a list of 256 names tested on every row of every segment's scan.
     let every = rewrite.is_none();
     for (i, chunk) in with_rows.chunks(SEGMENT_ORGANIZATIONS).enumerate() {
