@@ -517,8 +517,9 @@ pub(crate) fn write_parquet(path: &Path, df: &mut polars::prelude::DataFrame) ->
 /// SCD2 on `application_status_history`: close the current row of every application whose
 /// status changed and open a new one; first sightings open a row (the rows of `applications`
 /// carry their first sightings as written: [`with_first_sightings`]). In a fleet warehouse,
-/// only the organizations `orgs`, each application's history its organization's. Returns the changes per organization (`None` for
-/// one organization's warehouse), and the organizations whose history rows it closed or opened.
+/// only the organizations `orgs`, each application's history its organization's. Returns the
+/// changes per organization (`None` for one organization's warehouse), and the organizations
+/// whose history rows it closed or opened.
 fn record_history(
     conn: &Connection,
     shape: Shape,

@@ -437,7 +437,11 @@ mod tests {
         assert_eq!(read(&first), table(), "every row once");
         assert_eq!(read_segments(&conn, &first).unwrap().unwrap(), members, "the segments hold what was said");
         // Two organizations change: one segment is rewritten (both are in it), the rest linked.
-        conn.execute_batch("UPDATE application_status_history SET valid_from = valid_from + 100 WHERE organization IN ('org-1', 'org-10');").unwrap();
+        conn.execute_batch(
+            "UPDATE application_status_history SET valid_from = valid_from + 100 \
+             WHERE organization IN ('org-1', 'org-10');",
+        )
+        .unwrap();
         let dirty = ["org-1".to_owned(), "org-10".to_owned()].into();
         let second = dir.path().join("v2");
         let again = export_segments(&conn, t, &second, "b", &dirty, Some(&first), Some(members.clone())).unwrap();
