@@ -9,6 +9,12 @@ use creator_etl::commands::{GlobalArgs, LogFormat};
 use creator_etl::exit;
 use tracing_subscriber::EnvFilter;
 
+/// The allocator of Rust's memory (DuckDB's C++ keeps the system's): many threads allocating and
+/// freeing small buffers at once, a fleet's organizations' and Polars'. Its settings come from
+/// the environment (`MIMALLOC_PURGE_DELAY=0` and others: the manual's Performance page).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn init_tracing(global: &GlobalArgs) {
     let default = match (global.verbose, global.quiet) {
         (0, 0) => "warn,creator_etl=info",

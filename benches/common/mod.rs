@@ -140,3 +140,8 @@ impl Input {
         }
     }
 }
+
+/// The binary's allocator (src/main.rs), so that what a benchmark measures in its own process
+/// is what the binary would do.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -124,6 +124,33 @@ fn configuration_errors_exit_2_and_list_every_problem() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("Exit codes"));
 }
 
+/// The binary allocates with mimalloc, which takes the settings of the manual's Performance page
+/// from the environment: its verbose mode prints the options it runs with.
+#[test]
+fn the_allocator_takes_the_manuals_settings_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = "MIMALLOC_PURGE_DELAY=0 MIMALLOC_ARENA_EAGER_COMMIT=0";
+    assert!(include_str!("../../docs/src/performance.md").contains(&format!("{settings} creator-etl ")));
+    let options = |envs: &[(&str, &str)]| {
+        let mut envs = envs.to_vec();
+        envs.push(("MIMALLOC_VERBOSE", "1"));
+        let out = run_bin(dir.path(), &["--version"], &envs);
+        assert_exit(&["--version"], &out, 0);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let option = |name: &str| {
+            let prefix = format!("option '{name}': ");
+            let value = stderr.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
+            value.map(|v| v.trim().to_owned()).unwrap_or_else(|| panic!("no {name} in:\n{stderr}"))
+        };
+        (option("purge_delay"), option("arena_eager_commit"))
+    };
+    let envs: Vec<(&str, &str)> = settings.split(' ').filter_map(|kv| kv.split_once('=')).collect();
+    assert_eq!(options(&envs), ("0".to_owned(), "0".to_owned()));
+    // Without them, mimalloc's defaults: the settings change something.
+    let (delay, commit) = options(&[]);
+    assert!(delay != "0" && commit != "0", "defaults: purge_delay {delay}, arena_eager_commit {commit}");
+}
+
 #[test]
 fn an_unreachable_service_fails_with_exit_1_after_retries() {
     let dir = tempfile::tempdir().unwrap();
