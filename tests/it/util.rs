@@ -158,6 +158,13 @@ impl Bin {
         for var in ["CREATOR_API_KEY", "CREATOR_API_BASE_URL", "CREATOR_ETL_OUT", "CREATOR_ETL_LAKE", "RUST_LOG"] {
             cmd.env_remove(var);
         }
+        // The allocator's settings (mimalloc reads its names in any case): the defaults unless a
+        // test sets them.
+        for (var, _) in std::env::vars_os() {
+            if var.to_str().is_some_and(|v| v.to_ascii_uppercase().starts_with("MIMALLOC_")) {
+                cmd.env_remove(var);
+            }
+        }
         cmd.env("CREATOR_MIN_INTERVAL_MS", "0").env("CREATOR_HOURLY_CAP", "0");
         cmd.envs(self.envs.iter().map(|(k, v)| (k, v)));
         cmd.output().unwrap()
