@@ -98,8 +98,8 @@ pub async fn raw(method: &str, url: &str, key: Option<&str>, body: Option<&str>)
 
 /// The real binary, run in a directory with the arguments in the order given. Its environment
 /// is clean of what a developer's shell may hold (API key, base URL, `--out`, lake, log level,
-/// the allocator's `MIMALLOC_` settings), with pacing off (`CREATOR_MIN_INTERVAL_MS=0`, `CREATOR_HOURLY_CAP=0`); `key` and `env` add
-/// variables on top.
+/// the allocator's `MIMALLOC_` settings), with pacing off (`CREATOR_MIN_INTERVAL_MS=0`,
+/// `CREATOR_HOURLY_CAP=0`); `key` and `env` add variables on top.
 ///
 /// `Bin::new(dir).args(["extract"]).emu(&emu).out(&out).key(FULL_KEY).expect(0)`
 pub struct Bin {
