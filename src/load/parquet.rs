@@ -418,17 +418,15 @@ mod tests {
             }
         }
         drop(app);
-        let read = |version: &Path| -> Vec<(String, i64, i64)> {
-            let glob = warehouse::sql_literal(&version.join("*.parquet").display().to_string());
-            let mut stmt = conn
-                .prepare(&format!("SELECT organization, id, valid_from FROM read_parquet({glob}) ORDER BY ALL"))
-                .unwrap();
+        let rows = |from: &str| -> Vec<(String, i64, i64)> {
+            let mut stmt =
+                conn.prepare(&format!("SELECT organization, id, valid_from FROM {from} ORDER BY ALL")).unwrap();
             stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().collect::<Result<_, _>>().unwrap()
         };
-        let table = || -> Vec<(String, i64, i64)> {
-            let mut stmt = conn.prepare("SELECT * FROM application_status_history ORDER BY ALL").unwrap();
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().collect::<Result<_, _>>().unwrap()
+        let read = |version: &Path| {
+            rows(&format!("read_parquet({})", warehouse::sql_literal(&version.join("*.parquet").display().to_string())))
         };
+        let table = || rows("application_status_history");
         let first = dir.path().join("v1");
         let members = export_segments(&conn, t, &first, "a", &Default::default(), None, None).unwrap();
         assert_eq!(members.len(), names.len().div_ceil(SEGMENT_ORGANIZATIONS));
